@@ -1,0 +1,3 @@
+from evogan.cli import main
+
+main()

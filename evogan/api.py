@@ -1,0 +1,374 @@
+"""The contracts between the engine and its plugins.
+
+Every extension point is a *component kind*. A component is a class with a ``name``, a nested ``Options``
+model (unknown keys are errors) and the methods of its kind below. Plugins hand component classes to the
+engine through the registration hooks in :mod:`evogan.hookspecs`; recipes pick them by name
+(``use = "tournament"``). The engine only ever talks to these base classes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from evogan.engine.population import Individual
+    from evogan.registry import Registries
+
+Role = Literal["generator", "discriminator"]
+ROLES: tuple[Role, Role] = ("generator", "discriminator")
+
+
+class Options(BaseModel):
+    """Base for every component's options: unknown keys are errors, values are validated."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Component:
+    """Base of every registered component: a name, a one-line description and an ``Options`` model."""
+
+    name: ClassVar[str]
+    description: ClassVar[str] = ""
+    Options: ClassVar[type[Options]] = Options
+
+    def __init__(self, options: Options) -> None:
+        self.options = options
+
+
+# --------------------------------------------------------------------------------------------- topology
+class Topology(Component):
+    """Which cells exist and who neighbours whom.
+
+    ``neighbours(cell)`` returns the *distinct* other cells whose best individuals ``cell`` pulls, sorted,
+    never including ``cell`` itself. The engine adds the cell itself to form its neighbourhood.
+    """
+
+    kind: ClassVar[str] = "topology"
+
+    @property
+    def cells(self) -> int:
+        raise NotImplementedError
+
+    def neighbours(self, cell: int) -> tuple[int, ...]:
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        """Short human label such as ``torus 3x3 (von_neumann)``."""
+        return self.name
+
+
+# --------------------------------------------------------------------------------------------- selection
+class Selection(Component):
+    """Picks ``k`` parents from a population; lower ``fitness`` (a loss) is better.
+
+    Implementations must draw every random number from ``rng`` and must not change their input.
+    """
+
+    kind: ClassVar[str] = "selection"
+
+    def select(self, population: Sequence[Individual], k: int, *, rng: np.random.Generator) -> list[Individual]:
+        raise NotImplementedError
+
+
+# --------------------------------------------------------------------------------------------- mutation
+class Mutation(Component):
+    """Mutates an individual's hyper-parameters; returns a new mapping, never edits its input.
+
+    Called for every attacker before each of its training steps (Lipizzaner mutates per step).
+    """
+
+    kind: ClassVar[str] = "mutation"
+
+    def mutate(self, hyper: Mapping[str, float], *, rng: np.random.Generator) -> dict[str, float]:
+        raise NotImplementedError
+
+
+# --------------------------------------------------------------------------------------------- sparsity
+@dataclass
+class GeneratorStep:
+    """What one generator step leaves for a sparsity controller (the balance ratio needs all of it).
+
+    :param z: the noise the step used.
+    :param real: the real batch of the step.
+    :param fake_logits_pre: D(G_pre(z)) from the step's own forward pass, detached.
+    :param step: the cell's generator-step counter within the run.
+    """
+
+    z: torch.Tensor
+    real: torch.Tensor
+    fake_logits_pre: torch.Tensor
+    step: int
+
+
+class SparsityController(Component):
+    """Keeps masks and density schedules of generators and discriminators.
+
+    One instance per cell. State lives in ``individual.sparse`` (a dict of tensors and numbers), so it
+    travels with checkpoints, selection copies and the exchange envelope. The methods sit on the training
+    hot path and are plain method calls, not broadcast hooks.
+    """
+
+    kind: ClassVar[str] = "sparsity"
+
+    def prepare(self, individual: Individual, *, generator: torch.Generator) -> None:
+        """A new individual was created: build its masks and state in ``individual.sparse``."""
+
+    def after_discriminator_step(self, discriminator: Individual) -> None:
+        """Called after every discriminator optimizer step."""
+
+    def after_generator_step(
+        self, generator: Individual, discriminator: Individual, step: GeneratorStep, problem: Problem
+    ) -> None:
+        """Called after every generator optimizer step, with the step's noise and pre-update logits."""
+
+    def end_generation(self, generators: Sequence[Individual], discriminators: Sequence[Individual]) -> None:
+        """Called once per generation after training, before replacement."""
+
+    def metrics(self, generator: Individual, discriminator: Individual) -> dict[str, float]:
+        """Numbers for ``metrics.jsonl`` and the live view (balance ratio, densities, FLOPs)."""
+        return {}
+
+
+# --------------------------------------------------------------------------------------------- problem
+@dataclass
+class ProblemContext:
+    """What a problem may know about the run it serves."""
+
+    registries: Registries
+    device: torch.device
+    seed: int = 0
+    run_dir: Path | None = None
+    recipe_path: Path | None = None
+
+
+class Problem(Component):
+    """A two-population coevolution problem: builds the networks, supplies data, losses and metrics.
+
+    All randomness comes from the ``generator`` argument (a ``torch.Generator``) the engine passes in.
+    Fitness values are losses: lower is better.
+    """
+
+    kind: ClassVar[str] = "problem"
+
+    def __init__(self, options: Options, context: ProblemContext) -> None:
+        super().__init__(options)
+        self.context = context
+
+    def setup(self) -> None:
+        """Load data and check that the chosen pieces fit; raise ``UserError`` on bad input."""
+
+    @property
+    def learning_rate(self) -> float:
+        raise NotImplementedError
+
+    def create(self, role: Role, *, generator: torch.Generator) -> nn.Module:
+        raise NotImplementedError
+
+    def make_optimizer(self, role: Role, network: nn.Module, learning_rate: float) -> torch.optim.Optimizer:
+        raise NotImplementedError
+
+    def training_batches(self, *, generator: torch.Generator) -> Iterator[torch.Tensor]:
+        """One generation's real batches."""
+        raise NotImplementedError
+
+    def train_discriminator_at(self, step: int) -> bool:
+        """Whether the discriminators train at this batch index (Lipizzaner's D skip)."""
+        return True
+
+    def fitness_batch(self, *, generator: torch.Generator) -> torch.Tensor:
+        raise NotImplementedError
+
+    def fitness(
+        self,
+        generators: Sequence[nn.Module],
+        discriminators: Sequence[nn.Module],
+        real: torch.Tensor,
+        *,
+        generator: torch.Generator,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """All-vs-all losses: ``(g_loss[len(G), len(D)], d_loss[len(D), len(G)])``."""
+        raise NotImplementedError
+
+    def generator_step(
+        self, attacker: Individual, defender: nn.Module, real: torch.Tensor, *, generator: torch.Generator
+    ) -> GeneratorStep:
+        raise NotImplementedError
+
+    def discriminator_step(
+        self, attacker: Individual, defender: nn.Module, real: torch.Tensor, *, generator: torch.Generator
+    ) -> None:
+        raise NotImplementedError
+
+    def discriminator_logits(
+        self, discriminator: nn.Module, generator_net: nn.Module, z: torch.Tensor, real: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """No-grad ``(D(G(z)), D(real))`` logits; used by the balance ratio."""
+        raise NotImplementedError
+
+    def evaluate(
+        self, generators: Sequence[nn.Module], weights: Sequence[float], *, generator: torch.Generator
+    ) -> dict[str, float]:
+        """The problem's metrics for a weighted ensemble of generators (one network: weights ``[1.0]``)."""
+        raise NotImplementedError
+
+    def objective(self, metrics: Mapping[str, float]) -> float:
+        """The number the mixture ES minimises, taken from :meth:`evaluate`'s result."""
+        raise NotImplementedError
+
+    def save_pictures(
+        self,
+        generators: Sequence[nn.Module],
+        weights: Sequence[float],
+        path: Path,
+        *,
+        generator: torch.Generator,
+        title: str = "",
+    ) -> None:
+        """Write a PNG of samples from the ensemble to ``path``."""
+
+    def network_budget(self, role: Role) -> dict[str, Any]:
+        """Optional facts about a network (parameter count, FLOPs); shown by ``evogan components``."""
+        return {}
+
+
+# ------------------------------------------------------------------------------ GAN problem parts
+class DataSource:
+    """Real samples in the network's value range (images in [-1, 1]), served as batches.
+
+    ``labels`` is set when the data has classes (MNIST-like), for class-based metrics.
+    """
+
+    sample_shape: tuple[int, ...]
+    labels: torch.Tensor | None = None
+    num_classes: int | None = None
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def batches(self, batch_size: int, count: int, *, generator: torch.Generator) -> Iterator[torch.Tensor]:
+        """``count`` batches (0 = one full pass) of ``batch_size`` samples, order drawn from ``generator``."""
+        raise NotImplementedError
+
+    def sample(self, n: int, *, generator: torch.Generator) -> torch.Tensor:
+        """``n`` samples drawn without replacement (with replacement only if ``n`` exceeds the data)."""
+        raise NotImplementedError
+
+
+class Dataset(Component):
+    """A source of real training samples (a 2-D mixture, MNIST, CelebA, an image folder...)."""
+
+    kind: ClassVar[str] = "dataset"
+
+    def load(self, device: torch.device) -> DataSource:
+        raise NotImplementedError
+
+
+class Networks(Component):
+    """A generator/discriminator architecture pair. Discriminators return raw logits of shape (N,)."""
+
+    kind: ClassVar[str] = "network"
+
+    def latent_shape(self) -> tuple[int, ...]:
+        raise NotImplementedError
+
+    def check(self, sample_shape: tuple[int, ...]) -> None:
+        """Raise ``UserError`` when the data's sample shape does not fit this architecture."""
+
+    def build(self, role: Role, sample_shape: tuple[int, ...], *, generator: torch.Generator) -> nn.Module:
+        raise NotImplementedError
+
+
+class Loss(Component):
+    """Adversarial losses on discriminator logits; lower is better for the network being trained."""
+
+    kind: ClassVar[str] = "loss"
+
+    def generator_loss(self, fake_logits: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def discriminator_loss(self, real_logits: torch.Tensor, fake_logits: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+
+class Metric(Component):
+    """Scores generated samples against the real data. ``lower_is_better`` names the direction of
+    ``primary``, the key the mixture ES optimises when this metric drives it."""
+
+    kind: ClassVar[str] = "metric"
+    primary: ClassVar[str] = ""
+    lower_is_better: ClassVar[bool] = True
+
+    def prepare(self, data: DataSource, device: torch.device, *, generator: torch.Generator) -> None:
+        """Compute and cache whatever the metric needs from the real data (once per run)."""
+
+    def score(self, samples: torch.Tensor) -> dict[str, float]:
+        raise NotImplementedError
+
+
+# --------------------------------------------------------------------------------------------- transport
+@dataclass
+class Received:
+    """One validated message from a neighbour."""
+
+    header: dict[str, Any]
+    tensors: dict[str, torch.Tensor]
+
+
+@dataclass
+class TransportStats:
+    sent_messages: int = 0
+    sent_bytes: int = 0
+    received_messages: int = 0
+    received_bytes: int = 0
+    dropped: dict[str, int] = field(default_factory=dict)
+
+
+class Transport(Component):
+    """Carries encoded envelopes between cells. Knows bytes, topics and peers, never what a model is."""
+
+    kind: ClassVar[str] = "transport"
+
+    def publish(self, cell: int, frames: Sequence[bytes]) -> None:
+        raise NotImplementedError
+
+    def gather(
+        self, cell: int, peers: Sequence[int], generation: int, *, max_staleness: int, timeout: float
+    ) -> dict[int, list[bytes]]:
+        """Frames of each peer's message for ``generation`` (or the newest no older than
+        ``generation - max_staleness``, waiting at most ``timeout`` seconds; then whatever is newest)."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+__all__ = [
+    "ROLES",
+    "Component",
+    "DataSource",
+    "Dataset",
+    "Loss",
+    "Metric",
+    "Networks",
+    "GeneratorStep",
+    "Mutation",
+    "Options",
+    "Problem",
+    "ProblemContext",
+    "Received",
+    "Role",
+    "Selection",
+    "SparsityController",
+    "Topology",
+    "Transport",
+    "TransportStats",
+]

@@ -1,0 +1,1 @@
+"""Built-in plugins: each module is registered exactly like a third-party plugin."""

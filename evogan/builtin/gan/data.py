@@ -1,0 +1,104 @@
+"""Data sources for the GAN problem: samples pre-loaded into one tensor, or a torch Dataset read by workers."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+from torch.utils.data import DataLoader, RandomSampler
+from torch.utils.data import Dataset as TorchDataset
+
+from evogan.api import DataSource
+
+
+class TensorSource(DataSource):
+    """All samples in one tensor on the training device: batches are index gathers, no loader overhead."""
+
+    def __init__(
+        self, samples: torch.Tensor, labels: torch.Tensor | None = None, num_classes: int | None = None
+    ) -> None:
+        self.samples = samples
+        self.labels = labels
+        self.num_classes = num_classes
+        self.sample_shape = tuple(samples.shape[1:])
+
+    def __len__(self) -> int:
+        return self.samples.shape[0]
+
+    def _indices(self, n: int, generator: torch.Generator) -> torch.Tensor:
+        return torch.randperm(len(self), generator=generator)[:n]
+
+    def batches(self, batch_size: int, count: int, *, generator: torch.Generator) -> Iterator[torch.Tensor]:
+        per_pass = len(self) // batch_size
+        total = count or per_pass
+        done = 0
+        while done < total:
+            order = torch.randperm(len(self), generator=generator).to(self.samples.device)
+            for start in range(0, per_pass * batch_size, batch_size):
+                if done == total:
+                    return
+                yield self.samples.index_select(0, order[start : start + batch_size])
+                done += 1
+
+    def sample(self, n: int, *, generator: torch.Generator) -> torch.Tensor:
+        if n <= len(self):
+            index = self._indices(n, generator)
+        else:
+            index = torch.randint(len(self), (n,), generator=generator)
+        return self.samples.index_select(0, index.to(self.samples.device))
+
+    def sample_with_labels(self, n: int, *, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor | None]:
+        index = self._indices(min(n, len(self)), generator).to(self.samples.device)
+        labels = None if self.labels is None else self.labels.index_select(0, index.to(self.labels.device))
+        return self.samples.index_select(0, index), labels
+
+
+class LoaderSource(DataSource):
+    """A torch Dataset too large to pre-load (CelebA): batches come from a DataLoader with workers.
+
+    The sampler's order is drawn from the cell's generator, so runs stay reproducible.
+    """
+
+    def __init__(
+        self,
+        dataset: TorchDataset,  # items are images, or (image, label) pairs
+        sample_shape: tuple[int, ...],
+        device: torch.device,
+        workers: int = 2,
+    ) -> None:
+        self.dataset = dataset
+        self.sample_shape = sample_shape
+        self.device = device
+        self.workers = workers
+
+    def __len__(self) -> int:
+        return len(self.dataset)  # type: ignore[arg-type]
+
+    @staticmethod
+    def _images(item: object) -> torch.Tensor:
+        return item[0] if isinstance(item, list | tuple) else item  # type: ignore[return-value]
+
+    def batches(self, batch_size: int, count: int, *, generator: torch.Generator) -> Iterator[torch.Tensor]:
+        total = count or len(self) // batch_size
+        seed = int(torch.randint(2**62, (1,), generator=generator))
+        sampler_generator = torch.Generator().manual_seed(seed)
+        sampler = RandomSampler(self.dataset, generator=sampler_generator)  # type: ignore[arg-type]
+        loader = DataLoader(
+            self.dataset,
+            batch_size=batch_size,
+            sampler=sampler,
+            drop_last=True,
+            num_workers=self.workers,
+            persistent_workers=False,
+        )
+        done = 0
+        while done < total:
+            for item in loader:
+                if done == total:
+                    return
+                yield self._images(item).to(self.device, non_blocking=True)
+                done += 1
+
+    def sample(self, n: int, *, generator: torch.Generator) -> torch.Tensor:
+        index = torch.randperm(len(self), generator=generator)[:n].tolist()
+        return torch.stack([self._images(self.dataset[i]) for i in index]).to(self.device)

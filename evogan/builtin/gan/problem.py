@@ -1,0 +1,251 @@
+"""The GAN problem: what a cell's generators and discriminators are, how they train and how they score.
+
+Data, networks, loss and metric are components of their own, picked by name in ``[problem.data]``,
+``[problem.network]``, ``[problem.loss]`` and ``[problem.metric]``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+import torch
+from pydantic import Field
+from torch import nn
+
+from evogan.api import (
+    DataSource,
+    GeneratorStep,
+    Loss,
+    Metric,
+    Networks,
+    Options,
+    Problem,
+    ProblemContext,
+    Role,
+)
+from evogan.engine.population import Individual
+from evogan.errors import UserError
+from evogan.recipe import ComponentRef, build_nested, component_field
+
+
+@contextmanager
+def evaluating(*networks: nn.Module) -> Iterator[None]:
+    """No gradients and eval mode (BatchNorm uses running statistics), restoring each network's mode."""
+    modes = [network.training for network in networks]
+    for network in networks:
+        network.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        for network, mode in zip(networks, modes, strict=True):
+            network.train(mode)
+
+
+class GanOptions(Options):
+    data: ComponentRef = component_field("dataset", "gaussian_ring", "the real data ([problem.data])")
+    network: ComponentRef = component_field("network", "mlp_2d", "generator/discriminator pair ([problem.network])")
+    loss: ComponentRef = component_field("loss", "bce", "adversarial loss ([problem.loss])")
+    metric: ComponentRef = component_field("metric", "modes", "sample-quality metric; drives the mixture ES")
+    batch_size: int = Field(100, ge=1, description="samples per training batch")
+    batches_per_generation: int = Field(
+        0, ge=0, description="training batches per generation (0: one full pass over the data)"
+    )
+    learning_rate: float = Field(2e-4, gt=0, description="initial Adam learning rate (lr0)")
+    betas: tuple[float, float] = Field((0.5, 0.999), description="Adam betas")
+    d_skip: int = Field(0, ge=0, description="train D on every (d_skip+1)-th batch only (Lipizzaner's skip)")
+    fitness_samples: int = Field(1000, ge=1, description="real samples and noise vectors per fitness evaluation")
+    score_samples: int = Field(1000, ge=1, description="generated samples per metric evaluation")
+    mixture_sampling: Literal["exact_proportion", "independent_probability"] = Field(
+        "exact_proportion", description="how an ensemble splits its samples between generators"
+    )
+    picture_samples: int = Field(64, ge=1, description="images in a sample grid (2-D data: 1000 points)")
+
+
+class GanProblem(Problem):
+    """Generators against discriminators, as in Lipizzaner (Schmiedlechner et al. 2018)."""
+
+    name: ClassVar[str] = "gan"
+    description: ClassVar[str] = "GAN training: data, networks, loss and metric chosen by name"
+    Options = GanOptions
+    options: GanOptions
+
+    def __init__(self, options: GanOptions, context: ProblemContext) -> None:
+        super().__init__(options, context)
+        registries = context.registries
+        parts = {}
+        for field_name, kind in (("data", "dataset"), ("network", "network"), ("loss", "loss"), ("metric", "metric")):
+            component, component_options = build_nested(registries, kind, getattr(options, field_name))
+            parts[field_name] = component(component_options)
+        self.dataset = parts["data"]
+        self.networks: Networks = parts["network"]  # type: ignore[assignment]
+        self.loss: Loss = parts["loss"]  # type: ignore[assignment]
+        self.metric: Metric = parts["metric"]  # type: ignore[assignment]
+        self.device = context.device
+        self.data: DataSource | None = None
+
+    # -------------------------------------------------------------------------------- setup
+    def setup(self) -> None:
+        self.data = self.dataset.load(self.device)  # type: ignore[attr-defined]
+        if len(self.data) < self.options.batch_size:
+            raise UserError(
+                f"problem.batch_size: {self.options.batch_size} exceeds the dataset's {len(self.data)} samples"
+            )
+        self.networks.check(self.data.sample_shape)
+        generator = torch.Generator().manual_seed(self.context.seed)
+        self.metric.prepare(self.data, self.device, generator=generator)
+
+    @property
+    def source(self) -> DataSource:
+        if self.data is None:
+            raise RuntimeError("GanProblem.setup() was not called")
+        return self.data
+
+    @property
+    def learning_rate(self) -> float:
+        return self.options.learning_rate
+
+    def describe(self) -> dict[str, Any]:
+        facts: dict[str, Any] = {
+            "data": self.options.data.use,
+            "samples": len(self.source),
+            "sample_shape": list(self.source.sample_shape),
+            "network": self.options.network.use,
+            "loss": self.options.loss.use,
+            "metric": self.options.metric.use,
+        }
+        classifier_hash = getattr(self.metric, "classifier_hash", None)
+        if classifier_hash:
+            facts["classifier_hash"] = classifier_hash
+        return facts
+
+    def create(self, role: Role, *, generator: torch.Generator) -> nn.Module:
+        return self.networks.build(role, self.source.sample_shape, generator=generator).to(self.device)
+
+    def make_optimizer(self, role: Role, network: nn.Module, learning_rate: float) -> torch.optim.Optimizer:
+        return torch.optim.Adam(network.parameters(), lr=learning_rate, betas=self.options.betas)
+
+    def noise(self, n: int, generator: torch.Generator) -> torch.Tensor:
+        return torch.randn(n, *self.networks.latent_shape(), generator=generator).to(self.device)
+
+    # -------------------------------------------------------------------------------- data
+    def training_batches(self, *, generator: torch.Generator) -> Iterator[torch.Tensor]:
+        return self.source.batches(self.options.batch_size, self.options.batches_per_generation, generator=generator)
+
+    def train_discriminator_at(self, step: int) -> bool:
+        return step % (self.options.d_skip + 1) == 0
+
+    def fitness_batch(self, *, generator: torch.Generator) -> torch.Tensor:
+        return self.source.sample(self.options.fitness_samples, generator=generator)
+
+    # -------------------------------------------------------------------------------- fitness
+    def fitness(
+        self,
+        generators: Sequence[nn.Module],
+        discriminators: Sequence[nn.Module],
+        real: torch.Tensor,
+        *,
+        generator: torch.Generator,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        z = self.noise(real.shape[0], generator)  # the same noise for every generator
+        g_loss = torch.empty(len(generators), len(discriminators))
+        d_loss = torch.empty(len(discriminators), len(generators))
+        with evaluating(*generators, *discriminators):
+            fakes = [g(z) for g in generators]
+            for j, d in enumerate(discriminators):
+                real_logits = d(real)
+                for i, fake in enumerate(fakes):
+                    fake_logits = d(fake)
+                    g_loss[i, j] = self.loss.generator_loss(fake_logits)
+                    d_loss[j, i] = self.loss.discriminator_loss(real_logits, fake_logits)
+        return g_loss, d_loss
+
+    # -------------------------------------------------------------------------------- training
+    def generator_step(
+        self, attacker: Individual, defender: nn.Module, real: torch.Tensor, *, generator: torch.Generator
+    ) -> GeneratorStep:
+        z = self.noise(real.shape[0], generator)
+        defender.requires_grad_(False)  # the defender's gradients are not needed: skip computing them
+        try:
+            attacker.optimizer.zero_grad(set_to_none=True)
+            fake_logits = defender(attacker.network(z))
+            self.loss.generator_loss(fake_logits).backward()
+            attacker.optimizer.step()
+        finally:
+            defender.requires_grad_(True)
+        return GeneratorStep(z=z, real=real, fake_logits_pre=fake_logits.detach(), step=0)
+
+    def discriminator_step(
+        self, attacker: Individual, defender: nn.Module, real: torch.Tensor, *, generator: torch.Generator
+    ) -> None:
+        z = self.noise(real.shape[0], generator)
+        with torch.no_grad():
+            fake = defender(z)
+        attacker.optimizer.zero_grad(set_to_none=True)
+        loss = self.loss.discriminator_loss(attacker.network(real), attacker.network(fake))
+        loss.backward()
+        attacker.optimizer.step()
+
+    def discriminator_logits(
+        self, discriminator: nn.Module, generator_net: nn.Module, z: torch.Tensor, real: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        with torch.no_grad():
+            return discriminator(generator_net(z)), discriminator(real)
+
+    # -------------------------------------------------------------------------------- ensembles
+    def mixture_samples(
+        self, generators: Sequence[nn.Module], weights: Sequence[float], n: int, *, generator: torch.Generator
+    ) -> torch.Tensor:
+        """``n`` samples from the weighted ensemble (Lipizzaner's exact proportion or multinomial)."""
+        if self.options.mixture_sampling == "exact_proportion":
+            counts = [math.ceil(n * w) for w in weights]
+        else:
+            draws = torch.multinomial(torch.tensor(weights, dtype=torch.float), n, replacement=True,
+                                      generator=generator)
+            counts = torch.bincount(draws, minlength=len(weights)).tolist()
+        parts = []
+        with evaluating(*generators):
+            for network, count in zip(generators, counts, strict=True):
+                for start in range(0, count, 1000):
+                    parts.append(network(self.noise(min(1000, count - start), generator)))
+        samples = torch.cat(parts)
+        order = torch.randperm(samples.shape[0], generator=generator)[:n].to(samples.device)
+        return samples[order]
+
+    def evaluate(
+        self, generators: Sequence[nn.Module], weights: Sequence[float], *, generator: torch.Generator
+    ) -> dict[str, float]:
+        samples = self.mixture_samples(generators, weights, self.options.score_samples, generator=generator)
+        return self.metric.score(samples)
+
+    def objective(self, metrics: Mapping[str, float]) -> float:
+        value = float(metrics[self.metric.primary])
+        return value if self.metric.lower_is_better else -value
+
+    def save_pictures(
+        self,
+        generators: Sequence[nn.Module],
+        weights: Sequence[float],
+        path: Path,
+        *,
+        generator: torch.Generator,
+        title: str = "",
+    ) -> None:
+        from evogan.builtin.gan.pictures import save_image_grid, save_scatter
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if len(self.source.sample_shape) == 1:
+            fake = self.mixture_samples(generators, weights, 1000, generator=generator)
+            real = self.source.sample(1000, generator=generator)
+            save_scatter(real.cpu(), fake.cpu(), path, title=title)
+        else:
+            fake = self.mixture_samples(generators, weights, self.options.picture_samples, generator=generator)
+            save_image_grid(fake.cpu(), path)
+
+    def network_budget(self, role: Role) -> dict[str, Any]:
+        network = self.create(role, generator=torch.Generator().manual_seed(0))
+        return {"parameters": sum(p.numel() for p in network.parameters())}

@@ -1,0 +1,422 @@
+"""One cell of the grid and its Lipizzaner generation: gather, evaluate, select, train, replace, mix.
+
+The cell speaks to its components only through the base classes of :mod:`evogan.api`; a DEAP Toolbox
+holds the chosen selection and mutation operators, and DEAP's Statistics summarise the neighbourhood.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from deap import base, tools
+
+from evogan.api import ROLES, Mutation, Problem, Received, Role, Selection, SparsityController
+from evogan.engine.population import Individual
+from evogan.errors import MessageRejected
+from evogan.recipe import Recipe
+from evogan.rng import CellRandom
+from evogan.transport import envelope
+
+
+@dataclass
+class CellSettings:
+    """What every cell of a run shares."""
+
+    recipe: Recipe
+    problem: Problem
+    selection: Selection
+    mutation: Mutation
+    sparsity: SparsityController | None
+    run_id: str
+    max_message_bytes: int = 1 << 30
+
+    @property
+    def seed(self) -> int:
+        return self.recipe.run.seed
+
+
+@dataclass
+class ExchangeLog:
+    """Which neighbour generation each cell used, and what was dropped."""
+
+    used: dict[int, int] = field(default_factory=dict)
+    dropped: dict[str, int] = field(default_factory=dict)
+
+
+class Cell:
+    def __init__(self, index: int, neighbours: Sequence[int], settings: CellSettings) -> None:
+        self.index = index
+        self.neighbours = tuple(neighbours)
+        self.settings = settings
+        self.generation = 0
+        self.incarnation = 0
+        self.sequence = 0
+        self.generators: list[Individual] = []
+        self.discriminators: list[Individual] = []
+        # neighbour cell -> its latest best G and D, as individuals with fresh optimizers
+        self.foreign: dict[int, dict[Role, Individual]] = {}
+        self.mixture: dict[int, float] = {}
+        self.exchange = ExchangeLog()
+        self.toolbox = base.Toolbox()
+        self.toolbox.register("select", settings.selection.select)
+        self.toolbox.register("mutate", settings.mutation.mutate)
+        self.statistics = tools.Statistics(key=lambda ind: ind.fitness.loss)
+        for name, function in (("min", np.min), ("avg", np.mean), ("max", np.max)):
+            self.statistics.register(name, function)
+        self.logbook = tools.Logbook()
+        self._expected: dict[str, tuple[torch.dtype, tuple[int, ...]]] | None = None
+
+    # -------------------------------------------------------------------------------- creation
+    @property
+    def problem(self) -> Problem:
+        return self.settings.problem
+
+    def new_individual(self, role: Role, number: int, generator: torch.Generator) -> Individual:
+        network = self.problem.create(role, generator=generator)
+        lr = self.problem.learning_rate
+        individual = Individual(
+            role=role,
+            network=network,
+            optimizer=self.problem.make_optimizer(role, network, lr),
+            hyper={"lr": lr, "lr0": lr},
+            origin=self.index,
+            uid=f"{self.index}/{role[0].upper()}{number}",
+        )
+        if self.settings.sparsity is not None:
+            self.settings.sparsity.prepare(individual, generator=generator)
+        return individual
+
+    def initialise(self) -> None:
+        """Create the populations (generation 0) and uniform mixture weights over the neighbourhood."""
+        rnd = CellRandom.for_generation(self.settings.seed, self.index, 0, "init")
+        size = self.settings.recipe.population.size
+        self.generators = [self.new_individual("generator", i, rnd.torch) for i in range(size)]
+        self.discriminators = [self.new_individual("discriminator", i, rnd.torch) for i in range(size)]
+        neighbourhood = (self.index, *self.neighbours)
+        self.mixture = {cell: 1.0 / len(neighbourhood) for cell in neighbourhood}
+        self.generation = 0
+
+    def population(self, role: Role) -> list[Individual]:
+        return self.generators if role == "generator" else self.discriminators
+
+    def best(self, role: Role) -> Individual:
+        return min(self.population(role), key=lambda ind: ind.fitness.loss)
+
+    # -------------------------------------------------------------------------------- exchange
+    def _state(self, role: Role) -> dict[str, torch.Tensor]:
+        return {f"{role}/{k}": v for k, v in self.best(role).network.state_dict().items()}
+
+    def message(self) -> list[bytes | memoryview]:
+        """The envelope publishing this cell's best generator and discriminator."""
+        tensors = {**self._state("generator"), **self._state("discriminator")}
+        best = {role: self.best(role) for role in ROLES}
+        meta = {
+            "recipe": self.settings.recipe.digest,
+            "fitness": {role: best[role].fitness.loss for role in ROLES},
+            "lr": {role: best[role].learning_rate for role in ROLES},
+            "uid": {role: best[role].uid for role in ROLES},
+        }
+        self.sequence += 1
+        return envelope.encode(
+            tensors,
+            run=self.settings.run_id,
+            cell=self.index,
+            generation=self.generation,
+            sequence=self.sequence,
+            incarnation=self.incarnation,
+            meta=meta,
+        )
+
+    def _expected_manifest(self) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
+        if self._expected is None:
+            self._expected = {
+                name: (tensor.dtype, tuple(tensor.shape))
+                for name, tensor in {**self._state("generator"), **self._state("discriminator")}.items()
+            }
+        return self._expected
+
+    def receive(self, messages: Mapping[int, Sequence[bytes | memoryview]]) -> dict[int, dict[str, Any]]:
+        """Validate neighbours' messages and load them into the foreign individuals.
+
+        A message that fails validation is dropped and counted; the neighbour's last good model stays.
+        Returns the headers that were accepted.
+        """
+        accepted: dict[int, dict[str, Any]] = {}
+        for peer, frames in messages.items():
+            try:
+                received = envelope.decode(
+                    frames, max_bytes=self.settings.max_message_bytes, expected=self._expected_manifest()
+                )
+                self._check_sender(peer, received)
+            except MessageRejected as exc:
+                reason = str(exc).split(":")[0][:60]
+                self.exchange.dropped[reason] = self.exchange.dropped.get(reason, 0) + 1
+                continue
+            self._adopt(peer, received)
+            accepted[peer] = received.header
+            self.exchange.used[peer] = received.header["generation"]
+        return accepted
+
+    def _check_sender(self, peer: int, received: Received) -> None:
+        header = received.header
+        if header["cell"] != peer:
+            raise MessageRejected("sender: cell differs from the topic it was gathered for")
+        if header["run"] != self.settings.run_id:
+            raise MessageRejected("sender: message from another run")
+        if header["meta"].get("recipe") != self.settings.recipe.digest:
+            raise MessageRejected("recipe hash differs: nodes run different recipes")
+
+    def _adopt(self, peer: int, received: Received) -> None:
+        meta = received.header["meta"]
+        slots = self.foreign.setdefault(peer, {})
+        for role in ROLES:
+            prefix = f"{role}/"
+            state = {k[len(prefix) :]: v for k, v in received.tensors.items() if k.startswith(prefix)}
+            individual = slots.get(role)
+            if individual is None:
+                generator = torch.Generator().manual_seed(0)  # weights are overwritten right away
+                individual = self.new_individual(role, 0, generator)
+                individual.origin = peer
+                slots[role] = individual
+            individual.network.load_state_dict(state)
+            lr = float(meta.get("lr", {}).get(role, self.problem.learning_rate))
+            individual.hyper = {"lr": lr, "lr0": self.problem.learning_rate}
+            individual.optimizer = self.problem.make_optimizer(role, individual.network, lr)
+            individual.uid = str(meta.get("uid", {}).get(role, f"{peer}/{role[0].upper()}"))
+            loss = meta.get("fitness", {}).get(role)
+            if isinstance(loss, int | float):
+                individual.fitness.values = (float(loss),)
+
+    # -------------------------------------------------------------------------------- fitness
+    def _aggregate(self, losses: torch.Tensor) -> torch.Tensor:
+        mode = self.settings.recipe.population.fitness_mode
+        if mode == "best":
+            return losses.min(dim=1).values
+        if mode == "worst":
+            return losses.max(dim=1).values
+        return losses.mean(dim=1)
+
+    def evaluate(
+        self,
+        gens: Sequence[Individual],
+        discs: Sequence[Individual],
+        real: torch.Tensor,
+        rnd: CellRandom,
+        *,
+        score: Sequence[Role] = ROLES,
+    ) -> None:
+        """All-vs-all: each generator against every discriminator and vice versa. Only the roles in
+        ``score`` get new fitness values; the others serve as opponents."""
+        g_loss, d_loss = self.problem.fitness(
+            [g.network for g in gens], [d.network for d in discs], real, generator=rnd.torch
+        )
+        if "generator" in score:
+            for individual, value in zip(gens, self._aggregate(g_loss).tolist(), strict=True):
+                individual.fitness.values = (value,)
+        if "discriminator" in score:
+            for individual, value in zip(discs, self._aggregate(d_loss).tolist(), strict=True):
+                individual.fitness.values = (value,)
+
+    # -------------------------------------------------------------------------------- one generation
+    def neighbourhood(self, role: Role) -> list[Individual]:
+        foreign = [slots[role] for peer, slots in sorted(self.foreign.items()) if peer in self.neighbours]
+        return self.population(role) + foreign
+
+    def step(self) -> tuple[dict[str, Any], dict[str, float]]:
+        """Run one generation; return the metrics record and the per-phase timings (seconds)."""
+        self.generation += 1
+        settings, problem = self.settings, self.problem
+        population = settings.recipe.population
+        rnd = CellRandom.for_generation(settings.seed, self.index, self.generation)
+        timings: dict[str, float] = {}
+        clock = time.perf_counter()
+
+        def lap(phase: str) -> None:
+            nonlocal clock
+            now = time.perf_counter()
+            timings[phase] = timings.get(phase, 0.0) + now - clock
+            clock = now
+
+        all_g, all_d = self.neighbourhood("generator"), self.neighbourhood("discriminator")
+        real = problem.fitness_batch(generator=rnd.torch)
+        self.evaluate(all_g, all_d, real, rnd)
+        lap("fitness")
+
+        clone = problem.make_optimizer
+        if population.selection:
+            new_g = [ind.clone(clone) for ind in self.toolbox.select(all_g, population.size, rng=rnd.numpy)]
+            new_d = [ind.clone(clone) for ind in self.toolbox.select(all_d, population.size, rng=rnd.numpy)]
+            for ind in (*new_g, *new_d):
+                ind.origin = self.index
+            g_opponents, d_opponents = new_d, new_g
+        else:
+            new_g, new_d = self.generators, self.discriminators
+            g_opponents, d_opponents = all_d, all_g
+        lap("selection")
+
+        self._train(new_g, new_d, g_opponents, d_opponents, rnd)
+        lap("training")
+
+        replaced = self._replace(new_g, new_d, all_g, all_d, real, rnd) if population.selection else {}
+        if not population.selection:
+            self.evaluate(self.generators, all_d, real, rnd, score=("generator",))
+            self.evaluate(all_g, self.discriminators, real, rnd, score=("discriminator",))
+        lap("replacement")
+
+        mixture_metrics = self._evolve_mixture(rnd)
+        lap("mixture")
+
+        record = self._record(all_g, all_d, replaced, mixture_metrics)
+        return record, timings
+
+    def _train(
+        self,
+        gens: list[Individual],
+        discs: list[Individual],
+        g_opponents: Sequence[Individual],
+        d_opponents: Sequence[Individual],
+        rnd: CellRandom,
+    ) -> None:
+        problem, sparsity, numpy_rng = self.problem, self.settings.sparsity, rnd.numpy
+        for step, real in enumerate(problem.training_batches(generator=rnd.torch)):
+            defender = g_opponents[int(numpy_rng.integers(len(g_opponents)))]
+            for g in gens:
+                g.set_hyper(self.toolbox.mutate(g.hyper, rng=numpy_rng))
+                info = problem.generator_step(g, defender.network, real, generator=rnd.torch)
+                if sparsity is not None:
+                    sparsity.after_generator_step(g, defender, info, problem)
+            if not problem.train_discriminator_at(step):
+                continue
+            defender = d_opponents[int(numpy_rng.integers(len(d_opponents)))]
+            for d in discs:
+                d.set_hyper(self.toolbox.mutate(d.hyper, rng=numpy_rng))
+                problem.discriminator_step(d, defender.network, real, generator=rnd.torch)
+                if sparsity is not None:
+                    sparsity.after_discriminator_step(d)
+        if sparsity is not None:
+            sparsity.end_generation(gens, discs)
+
+    def _replace(
+        self,
+        new_g: list[Individual],
+        new_d: list[Individual],
+        all_g: list[Individual],
+        all_d: list[Individual],
+        real: torch.Tensor,
+        rnd: CellRandom,
+    ) -> dict[str, bool]:
+        """Offspring and incumbents are scored against the same opponents on the same batch, so the
+        comparison is fair (Lipizzaner compared against a stale, start-of-generation loss)."""
+        always = self.settings.recipe.population.replacement == "always"
+        self.evaluate([*new_g, *self.generators], all_d, real, rnd, score=("generator",))
+        self.evaluate(all_g, [*new_d, *self.discriminators], real, rnd, score=("discriminator",))
+        replaced = {}
+        for role, offspring in (("generator", new_g), ("discriminator", new_d)):
+            local = self.population(role)
+            best_new = min(offspring, key=lambda ind: ind.fitness.loss)
+            worst = max(range(len(local)), key=lambda i: local[i].fitness.loss)
+            accept = always or best_new.fitness.loss < local[worst].fitness.loss
+            if accept:
+                best_new.uid = local[worst].uid
+                local[worst] = best_new
+            replaced[role] = accept
+        return replaced
+
+    def _mixture_members(self) -> tuple[list[int], list[torch.nn.Module]]:
+        cells, networks = [], []
+        for cell in sorted(self.mixture):
+            if cell == self.index:
+                networks.append(self.best("generator").network)
+            elif cell in self.foreign:
+                networks.append(self.foreign[cell]["generator"].network)
+            else:
+                continue  # never heard from: left out, weights renormalised
+            cells.append(cell)
+        return cells, networks
+
+    def _evolve_mixture(self, rnd: CellRandom) -> dict[str, float]:
+        """One (1+1)-ES step on the mixture weights, both candidates scored on the same noise."""
+        cells, networks = self._mixture_members()
+        weights = np.array([self.mixture[c] for c in cells], dtype=float)
+        weights = weights / weights.sum() if weights.sum() > 0 else np.full(len(cells), 1 / len(cells))
+        seed = int(rnd.numpy.integers(2**62))
+        metrics = self.problem.evaluate(networks, weights.tolist(), generator=torch.Generator().manual_seed(seed))
+        mixture = self.settings.recipe.mixture
+        if mixture.enabled and len(cells) > 1:
+            candidate = np.clip(weights + rnd.numpy.normal(0, mixture.sigma, len(cells)), 0, None)
+            if candidate.sum() > 0:
+                candidate = candidate / candidate.sum()
+                trial = self.problem.evaluate(
+                    networks, candidate.tolist(), generator=torch.Generator().manual_seed(seed)
+                )
+                if self.problem.objective(trial) < self.problem.objective(metrics):
+                    weights, metrics = candidate, trial
+        self.mixture.update({c: float(w) for c, w in zip(cells, weights, strict=True)})
+        return metrics
+
+    def _record(
+        self,
+        all_g: Sequence[Individual],
+        all_d: Sequence[Individual],
+        replaced: Mapping[str, bool],
+        mixture_metrics: Mapping[str, float],
+    ) -> dict[str, Any]:
+        best_g, best_d = self.best("generator"), self.best("discriminator")
+        stats = self.statistics.compile(list(all_g))
+        d_stats = self.statistics.compile(list(all_d))
+        self.logbook.record(gen=self.generation, g=stats, d=d_stats)
+        record: dict[str, Any] = {
+            "cell": self.index,
+            "generation": self.generation,
+            "g_loss": best_g.fitness.loss,
+            "d_loss": best_d.fitness.loss,
+            "lr_g": best_g.learning_rate,
+            "lr_d": best_d.learning_rate,
+            "neighbourhood_g": stats,
+            "neighbourhood_d": d_stats,
+            "replaced": dict(replaced),
+            "mixture": {str(c): w for c, w in sorted(self.mixture.items())},
+            "mixture_score": self.problem.objective(mixture_metrics),
+            "mixture_metrics": dict(mixture_metrics),
+            "exchange": {str(p): g for p, g in sorted(self.exchange.used.items())},
+            "dropped": dict(self.exchange.dropped),
+        }
+        if self.settings.sparsity is not None:
+            record["sparsity"] = self.settings.sparsity.metrics(best_g, best_d)
+        return record
+
+    # -------------------------------------------------------------------------------- checkpoints
+    def state(self) -> dict[str, Any]:
+        return {
+            "format": 1,
+            "cell": self.index,
+            "generation": self.generation,
+            "incarnation": self.incarnation,
+            "sequence": self.sequence,
+            "recipe": self.settings.recipe.digest,
+            "generators": [ind.state() for ind in self.generators],
+            "discriminators": [ind.state() for ind in self.discriminators],
+            "mixture": {str(c): w for c, w in self.mixture.items()},
+        }
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        generator = torch.Generator().manual_seed(0)  # weights come from the checkpoint
+        for role, key in (("generator", "generators"), ("discriminator", "discriminators")):
+            individuals = [
+                Individual.from_state(entry, self.problem.create(role, generator=generator),
+                                      self.problem.make_optimizer)
+                for entry in state[key]
+            ]
+            self.population(role)[:] = individuals
+        self.generation = int(state["generation"])
+        self.incarnation = int(state["incarnation"]) + 1
+        self.sequence = int(state["sequence"])
+        self.mixture = {int(c): float(w) for c, w in state["mixture"].items()}
+
+
+__all__ = ["Cell", "CellSettings", "ExchangeLog"]

@@ -1,0 +1,270 @@
+"""Driving a run: build the components a recipe names, then step cells generation by generation.
+
+The :class:`Driver` runs any subset of the grid's cells through any transport, so the single-process
+mode (every cell, in-process transport) and a launched worker (its share of cells, ZeroMQ) share one loop.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pluggy
+import torch
+
+from evogan.api import ProblemContext, Problem, SparsityController, Topology, Transport
+from evogan.engine.cell import Cell, CellSettings
+from evogan.engine.rundir import RunDirectory
+from evogan.errors import UserError
+from evogan.recipe import Recipe
+from evogan.registry import Registries
+from evogan.rng import CellRandom
+
+
+@dataclass
+class RunInfo:
+    """What lifecycle hooks learn about the run."""
+
+    recipe: Recipe
+    run_dir: RunDirectory
+    topology: str
+    cells: int
+    local_cells: tuple[int, ...]
+    generations: int
+    start_generation: int
+    device: str
+    workers: int = 1
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def pick_device(setting: str, local_rank: int = 0) -> torch.device:
+    """``auto``: ``cuda:LOCAL_RANK`` (modulo the visible GPUs) when CUDA is present, else the CPU."""
+    if setting == "cpu":
+        return torch.device("cpu")
+    if torch.cuda.is_available():
+        return torch.device(f"cuda:{local_rank % torch.cuda.device_count()}")
+    if setting == "cuda":
+        raise UserError("run.device: cuda was asked for, but no CUDA device is visible")
+    return torch.device("cpu")
+
+
+def build_topology(recipe: Recipe) -> Topology:
+    choice = recipe.choices["topology"]
+    return choice.component(choice.options)  # type: ignore[call-arg]
+
+
+def build_settings(
+    recipe: Recipe, registries: Registries, run_dir: RunDirectory | None, device: torch.device
+) -> CellSettings:
+    """Instantiate the recipe's components; the problem loads its data here (UserError if missing)."""
+    choices = recipe.choices
+    context = ProblemContext(
+        registries=registries,
+        device=device,
+        seed=recipe.run.seed,
+        run_dir=run_dir.path if run_dir else None,
+        recipe_path=recipe.path,
+    )
+    problem_choice = choices["problem"]
+    problem: Problem = problem_choice.component(problem_choice.options, context)  # type: ignore[call-arg]
+    problem.setup()
+    sparsity: SparsityController | None = None
+    if "sparsity" in choices:
+        sparsity = choices["sparsity"].component(choices["sparsity"].options)  # type: ignore[assignment]
+    return CellSettings(
+        recipe=recipe,
+        problem=problem,
+        selection=choices["selection"].component(choices["selection"].options),  # type: ignore[arg-type]
+        mutation=choices["mutation"].component(choices["mutation"].options),  # type: ignore[arg-type]
+        sparsity=sparsity,
+        run_id=run_dir.run_id if run_dir else "run",
+    )
+
+
+class Driver:
+    """Steps ``cells`` (indices into the topology) until every one reaches the last generation."""
+
+    def __init__(
+        self,
+        recipe: Recipe,
+        pm: pluggy.PluginManager,
+        settings: CellSettings,
+        topology: Topology,
+        run_dir: RunDirectory,
+        transport: Transport,
+        cells: Sequence[int],
+        *,
+        device: torch.device,
+        workers: int = 1,
+        summarise: bool = True,
+    ) -> None:
+        self.recipe, self.pm, self.settings, self.topology = recipe, pm, settings, topology
+        self.run_dir, self.transport = run_dir, transport
+        self.cells = [Cell(i, topology.neighbours(i), settings) for i in cells]
+        self.device, self.workers, self.summarise = device, workers, summarise
+        self.info: RunInfo | None = None
+
+    # -------------------------------------------------------------------------------- start
+    def start(self, *, resume: bool) -> RunInfo:
+        if resume:
+            states = {cell.index: self.run_dir.load_checkpoint(cell.index) for cell in self.cells}
+            for cell in self.cells:
+                state = states[cell.index]
+                if state["recipe"] != self.recipe.digest:
+                    raise UserError(
+                        f"{self.run_dir.checkpoint_path(cell.index)}: checkpoint was written by another recipe"
+                    )
+                cell.load_state(state)
+            self.run_dir.truncate_records({cell.index: cell.generation for cell in self.cells})
+        else:
+            for cell in self.cells:
+                cell.initialise()
+        start = min(cell.generation for cell in self.cells)
+        self.info = RunInfo(
+            recipe=self.recipe,
+            run_dir=self.run_dir,
+            topology=self.topology.describe(),
+            cells=self.topology.cells,
+            local_cells=tuple(cell.index for cell in self.cells),
+            generations=self.recipe.run.generations,
+            start_generation=start,
+            device=str(self.device),
+            workers=self.workers,
+        )
+        for cell in self.cells:
+            self.transport.publish(cell.index, cell.message())
+        return self.info
+
+    # -------------------------------------------------------------------------------- loop
+    def run(self, *, resume: bool = False, stop: Callable[[], bool] = lambda: False) -> dict[str, Any]:
+        info = self.start(resume=resume)
+        self.pm.hook.evogan_run_start(run=info)
+        interrupted = False
+        last = self.recipe.run.generations
+        while any(cell.generation < last for cell in self.cells):
+            for cell in self.cells:
+                if cell.generation < last:
+                    self.step_cell(cell)
+            if stop() and any(cell.generation < last for cell in self.cells):
+                interrupted = True
+                break
+        for cell in self.cells:
+            self.checkpoint(cell)
+        summary = self.finish(interrupted) if self.summarise else {}
+        self.pm.hook.evogan_run_end(run=info, summary=summary, interrupted=interrupted)
+        return summary
+
+    def step_cell(self, cell: Cell) -> None:
+        exchange = self.recipe.exchange
+        started = time.perf_counter()
+        messages = self.transport.gather(
+            cell.index,
+            cell.neighbours,
+            cell.generation,
+            max_staleness=exchange.max_staleness,
+            timeout=exchange.timeout,
+        )
+        accepted = cell.receive(messages)
+        exchange_seconds = time.perf_counter() - started
+        self.pm.hook.evogan_exchange(run=self.info, cell=cell.index, generation=cell.generation + 1,
+                                     received=accepted)
+        record, timings = cell.step()
+        started = time.perf_counter()
+        self.transport.publish(cell.index, cell.message())
+        timings["exchange"] = exchange_seconds + time.perf_counter() - started
+        self.run_dir.append_metrics(record)
+        self.run_dir.append_timings({"cell": cell.index, "generation": cell.generation, **timings})
+        self.run_dir.log(
+            cell.index,
+            f"generation={cell.generation} g_loss={record['g_loss']:.4f} d_loss={record['d_loss']:.4f} "
+            f"lr_g={record['lr_g']:.3g} lr_d={record['lr_d']:.3g} mixture_score={record['mixture_score']:.4f}",
+        )
+        self.pm.hook.evogan_generation_end(
+            run=self.info, cell=cell.index, generation=cell.generation, record={**record, "timings": timings}
+        )
+        run = self.recipe.run
+        if run.checkpoint_every and cell.generation % run.checkpoint_every == 0:
+            self.checkpoint(cell)
+        if run.samples_every and cell.generation % run.samples_every == 0:
+            self.pictures(cell, f"gen-{cell.generation:04d}")
+
+    def checkpoint(self, cell: Cell) -> None:
+        path = self.run_dir.save_checkpoint(cell.index, cell.state())
+        self.pm.hook.evogan_checkpoint(run=self.info, cell=cell.index, generation=cell.generation, path=path)
+
+    def _mixture(self, cell: Cell) -> tuple[list[torch.nn.Module], list[float]]:
+        cells, networks = cell._mixture_members()
+        weights = [cell.mixture[c] for c in cells]
+        total = sum(weights) or 1.0
+        return networks, [w / total for w in weights]
+
+    def pictures(self, cell: Cell, label: str) -> None:
+        networks, weights = self._mixture(cell)
+        rnd = CellRandom.for_generation(self.recipe.run.seed, cell.index, cell.generation, "evaluation")
+        path = self.run_dir.path / "samples" / f"{label}-cell-{cell.index:04d}.png"
+        self.settings.problem.save_pictures(
+            networks, weights, path, generator=rnd.torch,
+            title=f"cell {cell.index}, generation {cell.generation} (mixture)",
+        )
+
+    # -------------------------------------------------------------------------------- end
+    def finish(self, interrupted: bool) -> dict[str, Any]:
+        """Score every cell's best generator and its mixture ensemble on fixed noise; pick the best."""
+        problem = self.settings.problem
+        cells: dict[str, Any] = {}
+        for cell in self.cells:
+            rnd = CellRandom.for_generation(self.recipe.run.seed, cell.index, cell.generation, "evaluation")
+            seed = int(rnd.numpy.integers(2**62))
+            single = problem.evaluate(
+                [cell.best("generator").network], [1.0], generator=torch.Generator().manual_seed(seed)
+            )
+            networks, weights = self._mixture(cell)
+            mixture = problem.evaluate(networks, weights, generator=torch.Generator().manual_seed(seed))
+            cells[str(cell.index)] = {
+                "generation": cell.generation,
+                "generator": single,
+                "mixture": mixture,
+                "mixture_score": problem.objective(mixture),
+                "weights": {str(c): w for c, w in cell.mixture.items()},
+            }
+            if self.settings.sparsity is not None:
+                cells[str(cell.index)]["sparsity"] = self.settings.sparsity.metrics(
+                    cell.best("generator"), cell.best("discriminator")
+                )
+        best = min(cells, key=lambda c: cells[c]["mixture_score"])
+        self.pictures(self.cells[[c.index for c in self.cells].index(int(best))], "final-best")
+        summary = {
+            "run": self.run_dir.run_id,
+            "recipe": self.recipe.digest,
+            "topology": self.topology.describe(),
+            "generations": max(cell.generation for cell in self.cells),
+            "interrupted": interrupted,
+            "cells": cells,
+            "best_cell": int(best),
+            "best_mixture": cells[best]["mixture"],
+        }
+        extra = problem_summary(problem)
+        if extra:
+            summary["problem"] = extra
+        self.run_dir.write_summary(summary)
+        from evogan.engine.plots import plot_metrics
+
+        plot_metrics(self.run_dir)
+        return summary
+
+
+def problem_summary(problem: Problem) -> dict[str, Any]:
+    describe = getattr(problem, "describe", None)
+    return describe() if callable(describe) else {}
+
+
+def set_threads(threads: int) -> None:
+    if threads:
+        torch.set_num_threads(threads)
+        os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+
+
+__all__ = ["Driver", "RunInfo", "build_settings", "build_topology", "pick_device", "set_threads"]

@@ -1,0 +1,345 @@
+"""Recipes: TOML files validated into typed models before any work starts.
+
+A recipe has fixed tables (``[run]``, ``[population]``, ``[mixture]``, ``[exchange]``) and one table per
+extension point (``[topology]``, ``[selection]``, ``[mutation]``, ``[sparsity]``, ``[problem]``) whose
+``use`` key names a registered component; the table's other keys are validated against that component's
+``Options``. Components may nest references to other components (the GAN problem's ``[problem.data]``).
+Every problem becomes one line ``recipe.toml: selection.tournament_size: must be >= 1``.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import tomllib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from evogan.api import Component, Options
+from evogan.errors import RecipeError, UserError
+from evogan.registry import Registries
+
+
+# ------------------------------------------------------------------------------------------ fixed tables
+class _Table(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RunSection(_Table):
+    name: str | None = Field(None, description="run name; default: the recipe file's stem")
+    seed: int = Field(1, ge=0, description="the one seed of the run, split per cell and generation")
+    generations: int = Field(10, ge=1, description="generations (Lipizzaner iterations) per cell")
+    output_dir: Path = Field(Path("runs"), description="parent of the run directory <name>-<timestamp>")
+    checkpoint_every: int = Field(5, ge=0, description="checkpoint every k generations (0: only at the end)")
+    samples_every: int = Field(0, ge=0, description="write sample pictures every k generations (0: at the end)")
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: cuda:LOCAL_RANK if present")
+    workers: int = Field(1, ge=1, description="worker processes; 1 runs every cell in this process")
+    threads: int = Field(0, ge=0, description="torch threads per process (0: torch's default)")
+    max_restarts: int = Field(3, ge=0, description="restarts of the worker group after a worker dies")
+
+
+class PopulationSection(_Table):
+    size: int = Field(1, ge=1, description="generators and discriminators per cell")
+    selection: bool = Field(True, description="tournament selection and replacement (Lipizzaner)")
+    fitness_mode: Literal["average", "best", "worst"] = Field(
+        "average", description="how a loss against each opponent becomes one fitness"
+    )
+    replacement: Literal["if_better", "always"] = Field(
+        "if_better", description="a trained offspring replaces the worst local only if better, or always"
+    )
+
+
+class MixtureSection(_Table):
+    enabled: bool = Field(True, description="evolve mixture weights with a (1+1)-ES each generation")
+    sigma: float = Field(0.01, gt=0, description="standard deviation of the Gaussian weight mutation")
+
+
+class ExchangeSection(_Table):
+    transport: str | None = Field(
+        None, description="transport component; default: in-process for one worker, ZeroMQ for several"
+    )
+    max_staleness: int = Field(0, ge=0, description="accept neighbour models this many generations old")
+    timeout: float = Field(60.0, gt=0, description="seconds to wait for fresh neighbour models")
+
+
+FIXED_TABLES: dict[str, type[_Table]] = {
+    "run": RunSection,
+    "population": PopulationSection,
+    "mixture": MixtureSection,
+    "exchange": ExchangeSection,
+}
+# table -> (component kind, required?)
+COMPONENT_TABLES: dict[str, tuple[str, bool]] = {
+    "topology": ("topology", True),
+    "selection": ("selection", True),
+    "mutation": ("mutation", True),
+    "sparsity": ("sparsity", False),
+    "problem": ("problem", True),
+}
+
+
+# ------------------------------------------------------------------------------------------ nested refs
+class ComponentRef(BaseModel):
+    """A nested ``{use = "name", ...options}`` table inside a component's options."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    use: str
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+def component_field(kind: str, default: str, description: str) -> Any:
+    """Declare an Options field that names another component, e.g. the GAN problem's dataset."""
+    return Field(
+        default_factory=lambda: ComponentRef(use=default),
+        description=description,
+        json_schema_extra={"evogan_kind": kind},
+    )
+
+
+def nested_kinds(options_type: type[BaseModel]) -> dict[str, str]:
+    """Field name -> component kind, for the fields declared with :func:`component_field`."""
+    kinds = {}
+    for field_name, info in options_type.model_fields.items():
+        extra = info.json_schema_extra
+        if isinstance(extra, dict) and "evogan_kind" in extra:
+            kinds[field_name] = str(extra["evogan_kind"])
+    return kinds
+
+
+# ------------------------------------------------------------------------------------------ errors
+def _message(error: Mapping[str, Any]) -> str:
+    kind, ctx = error["type"], error.get("ctx") or {}
+    symbols = {"greater_than_equal": ">=", "greater_than": ">", "less_than_equal": "<=", "less_than": "<"}
+    if kind in symbols:
+        bound = next(iter(ctx.values()))
+        return f"must be {symbols[kind]} {bound}"
+    if kind == "extra_forbidden":
+        return "unknown key"
+    if kind == "missing":
+        return "required key is missing"
+    message = str(error["msg"])
+    message = message.replace("Input should be", "must be").replace("Value error, ", "")
+    if error.get("input") is not None and kind.endswith(("_type", "_parsing")):
+        message += f" (got {error['input']!r})"
+    return message
+
+
+def format_errors(source: str, prefix: str, exc: ValidationError) -> list[str]:
+    lines = []
+    for error in exc.errors():
+        location = ".".join(str(part) for part in (prefix, *error["loc"]) if part != "")
+        lines.append(f"{source}: {location}: {_message(error)}")
+    return lines
+
+
+# ------------------------------------------------------------------------------------------ choices
+@dataclass(frozen=True)
+class Choice:
+    """A validated component choice: the class, its options, and where it sits in the recipe."""
+
+    path: str
+    component: type[Component]
+    options: Options
+
+    @property
+    def name(self) -> str:
+        return self.component.name
+
+
+def resolve_choice(
+    registries: Registries, kind: str, table: Mapping[str, Any], path: str, source: str, errors: list[str]
+) -> Choice | None:
+    """Validate one ``{use = ..., ...}`` table (and its nested references) against the registry."""
+    if not isinstance(table, Mapping):
+        errors.append(f"{source}: {path}: must be a table")
+        return None
+    name = table.get("use")
+    if not isinstance(name, str):
+        errors.append(f"{source}: {path}.use: required: the name of a {kind} component")
+        return None
+    try:
+        component = registries[kind].get(name)
+    except UserError as exc:
+        errors.append(f"{source}: {path}.use: {exc}")
+        return None
+    settings = {key: value for key, value in table.items() if key != "use"}
+    try:
+        options = component.Options.model_validate(settings)
+    except ValidationError as exc:
+        errors.extend(format_errors(source, path, exc))
+        return None
+    for field_name, nested_kind in nested_kinds(component.Options).items():
+        ref = getattr(options, field_name)
+        resolve_choice(registries, nested_kind, {"use": ref.use, **ref.settings}, f"{path}.{field_name}",
+                       source, errors)
+    return Choice(path, component, options)
+
+
+def build_nested(registries: Registries, kind: str, ref: ComponentRef) -> tuple[type[Component], Options]:
+    """Class and options for a nested reference (already validated with the recipe)."""
+    component = registries[kind].get(ref.use)
+    return component, component.Options.model_validate(ref.settings)
+
+
+# ------------------------------------------------------------------------------------------ the recipe
+@dataclass(frozen=True)
+class Recipe:
+    path: Path
+    data: dict[str, Any]  # the recipe as run: the file's tables after command-line overrides
+    run: RunSection
+    population: PopulationSection
+    mixture: MixtureSection
+    exchange: ExchangeSection
+    choices: dict[str, Choice]
+
+    @property
+    def name(self) -> str:
+        return self.run.name or self.path.stem
+
+    @property
+    def digest(self) -> str:
+        """Hash of the recipe as run; workers on different nodes compare it."""
+        return hashlib.sha256(json.dumps(self.data, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+    def to_toml(self) -> str:
+        return dumps_toml(self.data)
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UserError(f"{path}: recipe not found") from None
+    except IsADirectoryError:
+        raise UserError(f"{path}: is a directory, not a recipe file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"{path}: cannot read recipe: {exc}") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError(f"{path}: invalid TOML: {exc}") from None
+
+
+def apply_overrides(data: dict[str, Any], overrides: Iterable[str], source: str) -> dict[str, Any]:
+    """Apply ``dotted.key=value`` overrides; values are parsed as TOML (``3``, ``"x"``, ``true``)."""
+    data = copy.deepcopy(data)
+    for override in overrides:
+        key, sep, raw = override.partition("=")
+        if not sep or not key.strip():
+            raise UserError(f"--set {override!r}: expected KEY=VALUE, e.g. run.seed=3")
+        try:
+            value = tomllib.loads(f"v = {raw}")["v"]
+        except tomllib.TOMLDecodeError:
+            value = raw  # a bare word: treat as a string
+        *parents, leaf = key.strip().split(".")
+        table = data
+        for part in parents:
+            table = table.setdefault(part, {})
+            if not isinstance(table, dict):
+                raise UserError(f"--set {override!r}: {part} is not a table in {source}")
+        table[leaf] = value
+    return data
+
+
+def validate(
+    data: dict[str, Any], registries: Registries, *, path: Path = Path("recipe.toml")
+) -> Recipe:
+    """Validate a recipe's tables; raise :class:`RecipeError` with every problem, one line each."""
+    source = str(path)
+    errors: list[str] = []
+    known = set(FIXED_TABLES) | set(COMPONENT_TABLES)
+    for key in data:
+        if key not in known:
+            errors.append(f"{source}: {key}: unknown table (known: {', '.join(sorted(known))})")
+    fixed: dict[str, _Table] = {}
+    for table, model in FIXED_TABLES.items():
+        try:
+            fixed[table] = model.model_validate(data.get(table, {}))
+        except ValidationError as exc:
+            errors.extend(format_errors(source, table, exc))
+    choices: dict[str, Choice] = {}
+    for table, (kind, required) in COMPONENT_TABLES.items():
+        if table not in data:
+            if required:
+                errors.append(f"{source}: {table}: required table is missing")
+            continue
+        choice = resolve_choice(registries, kind, data[table], table, source, errors)
+        if choice is not None:
+            choices[table] = choice
+    transport = fixed["exchange"].transport if "exchange" in fixed else None
+    if transport is not None:
+        resolve_choice(registries, "transport", {"use": transport}, "exchange.transport", source, errors)
+    if errors:
+        raise RecipeError(errors)
+    return Recipe(
+        path=path,
+        data=data,
+        run=fixed["run"],  # type: ignore[arg-type]
+        population=fixed["population"],  # type: ignore[arg-type]
+        mixture=fixed["mixture"],  # type: ignore[arg-type]
+        exchange=fixed["exchange"],  # type: ignore[arg-type]
+        choices=choices,
+    )
+
+
+def load(path: Path, registries: Registries, overrides: Iterable[str] = ()) -> Recipe:
+    data = apply_overrides(read_toml(path), overrides, str(path))
+    return validate(data, registries, path=path)
+
+
+# ------------------------------------------------------------------------------------------ writing
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str | Path):
+        return json.dumps(str(value))
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(k)} = {_toml_value(v)}" for k, v in value.items()) + "}"
+    raise TypeError(f"cannot write {value!r} as TOML")
+
+
+def dumps_toml(data: Mapping[str, Any], prefix: str = "") -> str:
+    """A small TOML writer for recipes (tables of scalars, lists and nested tables)."""
+    scalars = {k: v for k, v in data.items() if not isinstance(v, Mapping)}
+    tables = {k: v for k, v in data.items() if isinstance(v, Mapping)}
+    lines = [f"{json.dumps(k) if not k.isidentifier() else k} = {_toml_value(v)}" for k, v in scalars.items()]
+    out = ""
+    if prefix and (scalars or not tables):
+        out += f"[{prefix}]\n"
+    if lines:
+        out += "\n".join(lines) + "\n\n"
+    for key, table in tables.items():
+        out += dumps_toml(table, f"{prefix}.{key}" if prefix else key)
+    return out
+
+
+__all__ = [
+    "COMPONENT_TABLES",
+    "FIXED_TABLES",
+    "Choice",
+    "ComponentRef",
+    "ExchangeSection",
+    "MixtureSection",
+    "PopulationSection",
+    "Recipe",
+    "RunSection",
+    "apply_overrides",
+    "build_nested",
+    "component_field",
+    "dumps_toml",
+    "load",
+    "read_toml",
+    "validate",
+]

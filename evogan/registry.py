@@ -1,0 +1,102 @@
+"""Component registries: a name maps to exactly one component class, with the plugin that provided it."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from evogan.errors import ComponentConflictError, UserError
+
+if TYPE_CHECKING:
+    import pluggy
+
+    from evogan.api import Component
+
+# kind -> the registration hook that fills it. The order is the order `evogan components` prints.
+KIND_HOOKS: dict[str, str] = {
+    "topology": "evogan_register_topologies",
+    "selection": "evogan_register_selections",
+    "mutation": "evogan_register_mutations",
+    "sparsity": "evogan_register_sparsity_controllers",
+    "problem": "evogan_register_problems",
+    "dataset": "evogan_register_datasets",
+    "network": "evogan_register_networks",
+    "loss": "evogan_register_losses",
+    "metric": "evogan_register_metrics",
+    "transport": "evogan_register_transports",
+}
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    component: type[Component]
+    plugin: str
+
+
+@dataclass
+class Registry:
+    """Components of one kind, by name."""
+
+    kind: str
+    entries: dict[str, Entry] = field(default_factory=dict)
+
+    def add(self, component: type[Component], plugin: str) -> None:
+        name = getattr(component, "name", None)
+        if not isinstance(name, str) or not name:
+            raise ComponentConflictError(f"plugin {plugin!r} registered a {self.kind} without a name: {component!r}")
+        kind = getattr(component, "kind", self.kind)
+        if kind != self.kind:
+            raise ComponentConflictError(
+                f"plugin {plugin!r} registered {kind} {name!r} through the {self.kind} hook"
+            )
+        if name in self.entries:
+            first = self.entries[name].plugin
+            raise ComponentConflictError(
+                f"{self.kind} {name!r} is registered twice: by plugin {first!r} and by plugin {plugin!r}"
+            )
+        self.entries[name] = Entry(name, component, plugin)
+
+    def get(self, name: str, *, key: str | None = None) -> type[Component]:
+        """The component called ``name``; an unknown name is a ``UserError`` listing what exists."""
+        try:
+            return self.entries[name].component
+        except KeyError:
+            available = ", ".join(sorted(self.entries)) or "none"
+            close = difflib.get_close_matches(name, self.entries, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            where = f"{key}: " if key else ""
+            raise UserError(f"{where}unknown {self.kind} {name!r}{hint}; available: {available}") from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.entries
+
+    def __iter__(self) -> Iterator[Entry]:
+        return iter(sorted(self.entries.values(), key=lambda e: e.name))
+
+
+class Registries:
+    """Every kind's registry, filled by calling each plugin's registration hooks one plugin at a time
+    (so every entry records the plugin that provided it)."""
+
+    def __init__(self) -> None:
+        self.kinds: dict[str, Registry] = {kind: Registry(kind) for kind in KIND_HOOKS}
+
+    def __getitem__(self, kind: str) -> Registry:
+        return self.kinds[kind]
+
+    @classmethod
+    def from_plugin_manager(cls, pm: pluggy.PluginManager) -> Registries:
+        registries = cls()
+        for kind, hook_name in KIND_HOOKS.items():
+            registry = registries[kind]
+            # Oldest registration first, so a conflict names the built-in as the first provider.
+            for impl in getattr(pm.hook, hook_name).get_hookimpls():
+                register: Callable[[Any], None] = lambda c, _p=impl.plugin_name: registry.add(c, _p)  # noqa: E731
+                impl.function(register=register)
+        return registries
+
+
+__all__ = ["KIND_HOOKS", "Entry", "Registries", "Registry"]

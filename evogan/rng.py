@@ -1,0 +1,39 @@
+"""One seed for the whole run, split per cell and per generation. No global generator is ever seeded.
+
+``SeedSequence(seed, spawn_key=(cell, generation, stream))`` gives every (cell, generation) its own
+independent streams, so a cell's numbers do not depend on how cells are spread over processes, and a
+resumed run draws exactly what an uninterrupted one would.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+# Streams within one (cell, generation): separate so adding draws to one never shifts another.
+STREAMS = {"evolution": 0, "torch": 1, "init": 2, "evaluation": 3}
+
+
+def seed_sequence(seed: int, cell: int, generation: int, stream: str) -> np.random.SeedSequence:
+    return np.random.SeedSequence(seed, spawn_key=(cell, generation, STREAMS[stream]))
+
+
+@dataclass
+class CellRandom:
+    """The random generators a cell uses during one generation."""
+
+    numpy: np.random.Generator  # selection, mutation, defender picks, mixture ES
+    torch: torch.Generator  # noise, batch order, network initialisation
+
+    @classmethod
+    def for_generation(cls, seed: int, cell: int, generation: int, stream: str = "evolution") -> CellRandom:
+        numpy_rng = np.random.default_rng(seed_sequence(seed, cell, generation, stream))
+        torch_seed = int(seed_sequence(seed, cell, generation, "torch").generate_state(1, np.uint64)[0] >> 1)
+        if stream != "evolution":
+            torch_seed = int(seed_sequence(seed, cell, generation, stream).generate_state(1, np.uint64)[0] >> 1)
+        return cls(numpy_rng, torch.Generator().manual_seed(torch_seed))
+
+
+__all__ = ["STREAMS", "CellRandom", "seed_sequence"]

@@ -1,0 +1,1 @@
+"""Transports: how encoded envelopes travel between cells (in-process, ZeroMQ)."""
