@@ -3,7 +3,7 @@
 Every extension point is a *component kind*. A component is a class with a ``name``, a nested ``Options``
 model (unknown keys are errors) and the methods of its kind below. Plugins hand component classes to the
 engine through the registration hooks in :mod:`evogan.hookspecs`; recipes pick them by name
-(``use = "tournament"``). The engine only ever talks to these base classes.
+(``use = "<name>"``). The engine only ever talks to these base classes.
 """
 
 from __future__ import annotations
@@ -113,8 +113,10 @@ class SparsityController(Component):
     """Keeps masks and density schedules of generators and discriminators.
 
     One instance per cell. State lives in ``individual.sparse`` (a dict of tensors and numbers), so it
-    travels with checkpoints, selection copies and the exchange envelope. The methods sit on the training
-    hot path and are plain method calls, not broadcast hooks.
+    travels with checkpoints, selection copies and the exchange envelope. By contract
+    ``individual.sparse["masks"]`` maps parameter names to boolean masks: the exchange sends those
+    tensors as their active values plus a bitmap. The methods sit on the training hot path and are plain
+    method calls, not broadcast hooks.
     """
 
     kind: ClassVar[str] = "sparsity"
@@ -136,6 +138,9 @@ class SparsityController(Component):
     def metrics(self, generator: Individual, discriminator: Individual) -> dict[str, float]:
         """Numbers for ``metrics.jsonl`` and the live view (balance ratio, densities, FLOPs)."""
         return {}
+
+    def check(self, individual: Individual) -> None:
+        """A checkpointed individual was loaded: raise ``UserError`` if its sparse state does not fit."""
 
 
 # --------------------------------------------------------------------------------------------- problem

@@ -20,6 +20,9 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "evogan.builtin.sparsity",
     "evogan.builtin.transports",
     "evogan.builtin.gan",
+    "evogan.builtin.gan.images",
+    "evogan.builtin.gan.image_networks",
+    "evogan.builtin.gan.image_metrics",
 )
 
 # Set to 1 to skip entry-point plugins (built-ins still load).

@@ -73,6 +73,9 @@ FIXED_TABLES: dict[str, type[_Table]] = {
     "mixture": MixtureSection,
     "exchange": ExchangeSection,
 }
+# [run] keys that may change between a run and its resumption without changing its numbers
+OPERATIONAL_KEYS = ("generations", "output_dir", "checkpoint_every", "samples_every", "workers", "max_restarts",
+                    "device", "threads", "name")
 # table -> (component kind, required?)
 COMPONENT_TABLES: dict[str, tuple[str, bool]] = {
     "topology": ("topology", True),
@@ -206,8 +209,12 @@ class Recipe:
 
     @property
     def digest(self) -> str:
-        """Hash of the recipe as run; workers on different nodes compare it."""
-        return hashlib.sha256(json.dumps(self.data, sort_keys=True, default=str).encode()).hexdigest()[:16]
+        """Hash of everything that decides the numbers (not how long, where or on how many workers
+        the run goes): workers on different nodes compare it, and ``--resume`` checks it."""
+        data = copy.deepcopy(self.data)
+        for key in OPERATIONAL_KEYS:
+            data.get("run", {}).pop(key, None)
+        return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
     def to_toml(self) -> str:
         return dumps_toml(self.data)

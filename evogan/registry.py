@@ -64,7 +64,7 @@ class Registry:
         try:
             return self.entries[name].component
         except KeyError:
-            available = ", ".join(sorted(self.entries)) or "none"
+            available = ", ".join(sorted(self.entries)) or "(nothing registered)"
             close = difflib.get_close_matches(name, self.entries, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             where = f"{key}: " if key else ""

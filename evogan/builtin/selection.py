@@ -42,7 +42,7 @@ class Tournament(Selection):
 class Best(Selection):
     """Truncation: the ``k`` lowest losses (deterministic; ties keep population order)."""
 
-    name: ClassVar[str] = "best"
+    name: ClassVar[str] = "truncation"
     description: ClassVar[str] = "the k individuals with the lowest loss"
 
     def select(self, population: Sequence[Individual], k: int, *, rng: np.random.Generator) -> list[Individual]:

@@ -20,6 +20,7 @@ from evogan.engine.population import Individual
 from evogan.errors import MessageRejected
 from evogan.recipe import Recipe
 from evogan.rng import CellRandom
+from evogan.sparse.wire import decode_sparse, encode_sparse, sparse_meta, sparse_state
 from evogan.transport import envelope
 
 
@@ -112,14 +113,24 @@ class Cell:
         return {f"{role}/{k}": v for k, v in self.best(role).network.state_dict().items()}
 
     def message(self) -> list[bytes | memoryview]:
-        """The envelope publishing this cell's best generator and discriminator."""
-        tensors = {**self._state("generator"), **self._state("discriminator")}
+        """The envelope publishing this cell's best generator and discriminator.
+
+        Masked weights travel as active values plus a bitmap, so bytes shrink with density.
+        """
         best = {role: self.best(role) for role in ROLES}
+        tensors: dict[str, torch.Tensor] = {}
+        sparse_info = {}
+        for role, individual in best.items():
+            masks = individual.sparse.get("masks") or {}
+            tensors.update(encode_sparse(self._state(role), {f"{role}/{k}": m for k, m in masks.items()}))
+            if individual.sparse:
+                sparse_info[role] = sparse_meta(individual.sparse)
         meta = {
             "recipe": self.settings.recipe.digest,
             "fitness": {role: best[role].fitness.loss for role in ROLES},
             "lr": {role: best[role].learning_rate for role in ROLES},
             "uid": {role: best[role].uid for role in ROLES},
+            "sparse": sparse_info,
         }
         self.sequence += 1
         return envelope.encode(
@@ -149,15 +160,14 @@ class Cell:
         accepted: dict[int, dict[str, Any]] = {}
         for peer, frames in messages.items():
             try:
-                received = envelope.decode(
-                    frames, max_bytes=self.settings.max_message_bytes, expected=self._expected_manifest()
-                )
+                received = envelope.decode(frames, max_bytes=self.settings.max_message_bytes)
                 self._check_sender(peer, received)
+                state, masks = decode_sparse(received.tensors, self._expected_manifest())
             except MessageRejected as exc:
                 reason = str(exc).split(":")[0][:60]
                 self.exchange.dropped[reason] = self.exchange.dropped.get(reason, 0) + 1
                 continue
-            self._adopt(peer, received)
+            self._adopt(peer, received.header, state, masks)
             accepted[peer] = received.header
             self.exchange.used[peer] = received.header["generation"]
         return accepted
@@ -171,23 +181,30 @@ class Cell:
         if header["meta"].get("recipe") != self.settings.recipe.digest:
             raise MessageRejected("recipe hash differs: nodes run different recipes")
 
-    def _adopt(self, peer: int, received: Received) -> None:
-        meta = received.header["meta"]
+    def _adopt(
+        self, peer: int, header: Mapping[str, Any], state: Mapping[str, torch.Tensor],
+        masks: Mapping[str, torch.Tensor],
+    ) -> None:
+        meta = header["meta"]
         slots = self.foreign.setdefault(peer, {})
         for role in ROLES:
             prefix = f"{role}/"
-            state = {k[len(prefix) :]: v for k, v in received.tensors.items() if k.startswith(prefix)}
+            weights = {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
             individual = slots.get(role)
             if individual is None:
                 generator = torch.Generator().manual_seed(0)  # weights are overwritten right away
                 individual = self.new_individual(role, 0, generator)
                 individual.origin = peer
                 slots[role] = individual
-            individual.network.load_state_dict(state)
+            individual.network.load_state_dict(weights)
             lr = float(meta.get("lr", {}).get(role, self.problem.learning_rate))
             individual.hyper = {"lr": lr, "lr0": self.problem.learning_rate}
             individual.optimizer = self.problem.make_optimizer(role, individual.network, lr)
             individual.uid = str(meta.get("uid", {}).get(role, f"{peer}/{role[0].upper()}"))
+            sparse = meta.get("sparse", {}).get(role)
+            role_masks = {k[len(prefix) :]: m for k, m in masks.items() if k.startswith(prefix)}
+            # The sender's masks and controller state travel with its weights (never fresh random masks).
+            individual.sparse = sparse_state(sparse, role_masks) if sparse else {}
             loss = meta.get("fitness", {}).get(role)
             if isinstance(loss, int | float):
                 individual.fitness.values = (float(loss),)
@@ -412,6 +429,9 @@ class Cell:
                                       self.problem.make_optimizer)
                 for entry in state[key]
             ]
+            if self.settings.sparsity is not None:
+                for individual in individuals:
+                    self.settings.sparsity.check(individual)
             self.population(role)[:] = individuals
         self.generation = int(state["generation"])
         self.incarnation = int(state["incarnation"]) + 1

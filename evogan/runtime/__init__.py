@@ -1,0 +1,1 @@
+"""Runtimes: one process, or worker processes under torch elastic."""

@@ -1,0 +1,79 @@
+"""Preparing a run (recipe, run directory, plugin manager) and running every cell in this process."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pluggy
+
+from evogan import recipe as recipes
+from evogan.engine.run import Driver, build_settings, build_topology, pick_device, set_threads
+from evogan.engine.rundir import RunDirectory
+from evogan.errors import UserError
+from evogan.plugins import make_plugin_manager
+from evogan.registry import Registries
+
+
+@dataclass
+class PreparedRun:
+    recipe: recipes.Recipe
+    run_dir: RunDirectory
+    pm: pluggy.PluginManager
+    registries: Registries
+    resume: bool
+
+
+def prepare(
+    recipe_path: Path | None,
+    *,
+    resume_dir: Path | None = None,
+    overrides: Iterable[str] = (),
+    pm: pluggy.PluginManager | None = None,
+) -> PreparedRun:
+    """Validate the recipe and create (or reopen, for ``--resume``) the run directory.
+
+    Nothing is written before the recipe validates.
+    """
+    pm = pm or make_plugin_manager()
+    registries = Registries.from_plugin_manager(pm)
+    if resume_dir is not None:
+        run_dir = RunDirectory.open_existing(resume_dir)
+        if not run_dir.has_checkpoints():
+            raise UserError(f"{resume_dir}: no checkpoints to resume from")
+        recipe = recipes.load(run_dir.recipe_path, registries, overrides)
+        if overrides:
+            run_dir.write_recipe(recipe.to_toml())
+        return PreparedRun(recipe, run_dir, pm, registries, resume=True)
+    if recipe_path is None:
+        raise UserError("a recipe file is needed (or --resume RUN_DIR)")
+    recipe = recipes.load(recipe_path, registries, overrides)
+    run_dir = RunDirectory.create(recipe.run.output_dir, recipe.name)
+    run_dir.write_recipe(recipe.to_toml())
+    return PreparedRun(recipe, run_dir, pm, registries, resume=False)
+
+
+def run_in_process(prepared: PreparedRun, *, stop: Callable[[], bool] = lambda: False) -> dict[str, Any]:
+    """Every cell in this process, through the in-process transport: the reproducible reference mode."""
+    recipe = prepared.recipe
+    set_threads(recipe.run.threads)
+    device = pick_device(recipe.run.device)
+    settings = build_settings(recipe, prepared.registries, prepared.run_dir, device)
+    topology = build_topology(recipe)
+    transport_name = recipe.exchange.transport or "inproc"
+    transport_class = prepared.registries["transport"].get(transport_name, key="exchange.transport")
+    if transport_name != "inproc":
+        raise UserError(f"exchange.transport: {transport_name!r} needs run.workers > 1")
+    transport = transport_class(transport_class.Options())
+    driver = Driver(
+        recipe, prepared.pm, settings, topology, prepared.run_dir, transport, range(topology.cells), device=device
+    )
+    try:
+        return driver.run(resume=prepared.resume, stop=stop)
+    finally:
+        transport.close()
+
+
+__all__ = ["PreparedRun", "prepare", "run_in_process"]

@@ -1,0 +1,45 @@
+"""Sparse GAN training: masks, dynamic sparse training, the balance ratio, FLOPs and the sparse wire format.
+
+The controllers built on this library (``static``, ``set``, ``rigl``, ``adapt-relax``, ``adapt-strict``)
+live in :mod:`evogan.builtin.sparsity`; this package is what a third-party controller reuses.
+"""
+
+from __future__ import annotations
+
+from evogan.sparse.balance import balance_ratio, sample_ratio, window_size
+from evogan.sparse.dst import cosine_fraction, grow, prune_and_grow, prune_magnitude, resize
+from evogan.sparse.flops import NetworkFlops, count_forward_flops
+from evogan.sparse.masks import (
+    active_count,
+    apply_masks,
+    layer_counts,
+    layer_densities,
+    maskable_parameters,
+    overall_density,
+    random_masks,
+)
+from evogan.sparse.state import validate_sparse_state
+from evogan.sparse.wire import decode_sparse, encode_sparse
+
+__all__ = [
+    "NetworkFlops",
+    "active_count",
+    "apply_masks",
+    "balance_ratio",
+    "cosine_fraction",
+    "count_forward_flops",
+    "decode_sparse",
+    "encode_sparse",
+    "grow",
+    "layer_counts",
+    "layer_densities",
+    "maskable_parameters",
+    "overall_density",
+    "prune_and_grow",
+    "prune_magnitude",
+    "random_masks",
+    "resize",
+    "sample_ratio",
+    "validate_sparse_state",
+    "window_size",
+]

@@ -1,0 +1,318 @@
+"""One masked sparsity controller; Static, SET, RigL and ADAPT relax/strict are configurations of it.
+
+Lifecycle (the engine calls these on the hot path, per cell):
+
+- ``prepare``: ERK/uniform masks at ``density_g``/``density_d`` drawn from the engine's generator;
+- ``after_generator_step``: enforce G's mask; account FLOPs; every ``br_freq`` G steps a BR sample into
+  D's window; every ``g_interval`` G steps one G prune-and-grow (its gradient is still there); every
+  ``d_interval`` G steps (window full) flag D for a density decision;
+- ``after_discriminator_step``: enforce D's mask; account FLOPs; run a flagged decision now, while D's own
+  gradient of this step is present (growth by gradient must not rank on the G loss's gradient).
+
+Intervals count the individual's own steps (stored in ``individual.sparse``), so they travel with
+selection copies and checkpoints. See :mod:`evogan.sparse.state` for the state layout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+import torch
+from pydantic import Field, model_validator
+
+from evogan.api import GeneratorStep, Options, Problem, SparsityController
+from evogan.sparse import balance, dst, flops
+from evogan.sparse.state import validate_sparse_state
+from evogan.sparse.masks import (
+    DEFAULT_KEEP_DENSE,
+    apply_masks,
+    layer_counts,
+    layer_densities,
+    maskable_parameters,
+    overall_density,
+    random_masks,
+    total_count,
+)
+from evogan.sparse.state import FORMAT, masks_of
+
+if TYPE_CHECKING:
+    from evogan.engine.population import Individual
+
+
+class StaticOptions(Options):
+    density_g: float = Field(
+        0.3, gt=0, le=1, description="Overall density (fraction kept) of every generator's masked weights."
+    )
+    density_d: float = Field(
+        0.3, gt=0, le=1, description="Initial overall density of every discriminator's masked weights."
+    )
+    distribution: Literal["erk", "uniform"] = Field(
+        "erk", description="Layer-wise density: Erdos-Renyi-Kernel or uniform."
+    )
+    keep_dense: tuple[str, ...] = Field(
+        DEFAULT_KEEP_DENSE, description="Parameter-name fragments never masked."
+    )
+    br_freq: int = Field(
+        0, ge=0, description="Take a balance-ratio sample every this many G steps (0 = off)."
+    )
+    da_iters: int = Field(
+        1000, gt=0, description="BR window in G steps; it holds da_iters // br_freq samples."
+    )
+    br_eps: float = Field(
+        balance.DEFAULT_EPS, gt=0, description="Smallest |r - fD| used as a BR denominator."
+    )
+    br_clip: float = Field(
+        balance.DEFAULT_CLIP, gt=0, description="Per-sample BR ratios are clipped to [-clip, clip]."
+    )
+
+    @model_validator(mode="after")
+    def _window(self) -> StaticOptions:
+        if self.br_freq and self.da_iters < self.br_freq:
+            raise ValueError(f"da_iters ({self.da_iters}) must be at least br_freq ({self.br_freq})")
+        return self
+
+
+class DstOptions(StaticOptions):
+    g_interval: int = Field(500, gt=0, description="Generator prune-and-grow every this many G steps.")
+    drop_fraction: float = Field(
+        0.5, gt=0, le=1, description="Fraction of active G weights replaced at step 0."
+    )
+    drop_fraction_end: float = Field(
+        0.005, ge=0, le=1, description="Drop fraction reached at total_steps (cosine)."
+    )
+    total_steps: int = Field(
+        10_000,
+        gt=0,
+        description="Horizon of the cosine drop-fraction schedule in the individual's own steps (the paper: "
+        "the whole run, 100k); set it to about generations x batches per generation. Constant after it.",
+    )
+
+    @model_validator(mode="after")
+    def _schedule(self) -> DstOptions:
+        if self.drop_fraction_end > self.drop_fraction:
+            raise ValueError("drop_fraction_end must not exceed drop_fraction")
+        return self
+
+
+class AdaptOptions(DstOptions):
+    br_freq: int = Field(10, gt=0, description="Take a balance-ratio sample every this many G steps.")
+    br_lower: float = Field(0.45, description="BR at or below this: D too strong, lower its density.")
+    br_upper: float = Field(0.55, description="BR at or above this: D too weak, raise its density.")
+    density_step: float = Field(0.05, gt=0, le=1, description="Change of D density per decision.")
+    density_min: float = Field(0.05, gt=0, le=1, description="D density never goes below this.")
+    density_max: float = Field(1.0, gt=0, le=1, description="D density never goes above this.")
+    d_interval: int = Field(
+        1000, gt=0, description="A D density decision every this many G steps (window full)."
+    )
+    d_growth: Literal["gradient", "random"] = Field("gradient", description="How D grows new weights.")
+
+    @model_validator(mode="after")
+    def _band(self) -> AdaptOptions:
+        if self.br_lower >= self.br_upper:
+            raise ValueError(f"br_lower ({self.br_lower}) must be below br_upper ({self.br_upper})")
+        if not self.density_min <= self.density_d <= self.density_max:
+            raise ValueError(
+                f"density_d ({self.density_d}) must lie within [density_min, density_max] "
+                f"= [{self.density_min}, {self.density_max}]"
+            )
+        return self
+
+
+class AdaptStrictOptions(AdaptOptions):
+    density_max: float = Field(
+        0.5, gt=0, le=1, description="D density cap; at the cap a weak D gets a DST step."
+    )
+    d_interval: int = Field(
+        2000, gt=0, description="A D density decision every this many G steps (window full)."
+    )
+    d_drop_fraction: float = Field(
+        0.5,
+        gt=0,
+        le=1,
+        description="D DST drop fraction at D step 0 (cosine to drop_fraction_end over total_steps).",
+    )
+
+
+class MaskedController(SparsityController):
+    """Masks for G and D; what changes them is set by the class variables of each registered variant."""
+
+    Options: ClassVar[type[Options]] = StaticOptions
+    g_growth: ClassVar[dst.Growth | None] = None  # None: the generator's mask never changes
+    adapt: ClassVar[bool] = False  # BR-driven discriminator density
+    strict: ClassVar[bool] = False  # at the cap, a weak D gets a DST step instead
+
+    @property
+    def opts(self) -> StaticOptions:
+        assert isinstance(self.options, StaticOptions)
+        return self.options
+
+    # ------------------------------------------------------------------------------------------ lifecycle
+    def prepare(self, individual: Individual, *, generator: torch.Generator) -> None:
+        o = self.opts
+        density = o.density_g if individual.role == "generator" else o.density_d
+        params = maskable_parameters(individual.network, o.keep_dense)
+        counts = layer_counts({n: p.shape for n, p in params.items()}, density, o.distribution)
+        masks = random_masks(params, counts, generator=generator)
+        apply_masks(params, masks, individual.optimizer)
+        seed = int(torch.randint(0, 2**62, (1,), generator=generator, device=generator.device))
+        individual.sparse.clear()
+        individual.sparse.update(
+            format=FORMAT,
+            controller=self.name,
+            role=individual.role,
+            keep_dense=list(o.keep_dense),
+            masks=masks,
+            density=float(density),
+            steps=0,
+            mask_updates=0,
+            seed=seed,
+            ledger=flops.new_ledger(),
+        )
+        if individual.role == "discriminator":
+            individual.sparse.update(g_steps=0, br_window=[], pending=False)
+
+    def after_generator_step(
+        self, generator: Individual, discriminator: Individual, step: GeneratorStep, problem: Problem
+    ) -> None:
+        o = self.opts
+        gs, ds = generator.sparse, discriminator.sparse
+        params = _params(generator)
+        apply_masks(params, masks_of(generator), generator.optimizer)
+        gs["steps"] += 1
+        ds["g_steps"] = ds.get("g_steps", 0) + 1
+        g_cost = _cost(generator, step.z)
+        d_cost = _cost(discriminator, step.real)
+        batch = len(step.z)
+        flops.charge(gs["ledger"], batch * (3 * g_cost[0] + d_cost[0]), batch * (3 * g_cost[1] + d_cost[1]))
+        ds["batch"], ds["g_cost"] = len(step.real), list(g_cost)
+        if o.br_freq and ds["g_steps"] % o.br_freq == 0:
+            sample = balance.measure(problem, discriminator.network, generator.network, step)
+            balance.push(ds.setdefault("br_window", []), sample, balance.window_size(o.da_iters, o.br_freq))
+            flops.charge(ds["ledger"], batch * (g_cost[0] + 2 * d_cost[0]), 0.0, key="br")
+        if (
+            isinstance(o, AdaptOptions)
+            and self.adapt
+            and ds["g_steps"] % o.d_interval == 0
+            and len(ds.get("br_window", [])) >= balance.window_size(o.da_iters, o.br_freq)
+        ):
+            ds["pending"] = True
+        if isinstance(o, DstOptions) and self.g_growth is not None and gs["steps"] % o.g_interval == 0:
+            fraction = dst.cosine_fraction(gs["steps"], o.total_steps, o.drop_fraction, o.drop_fraction_end)
+            masks, _ = dst.prune_and_grow(
+                params,
+                masks_of(generator),
+                fraction,
+                growth=self.g_growth,
+                generator=_event_rng(gs),
+                optimizer=generator.optimizer,
+            )
+            _set_masks(generator, masks)
+
+    def after_discriminator_step(self, discriminator: Individual) -> None:
+        ds = discriminator.sparse
+        params = _params(discriminator)
+        apply_masks(params, masks_of(discriminator), discriminator.optimizer)
+        ds["steps"] += 1
+        if "cost" in ds and "g_cost" in ds:
+            d_cost, g_cost, batch = ds["cost"], ds["g_cost"], ds["batch"]
+            flops.charge(
+                ds["ledger"], batch * (3 * d_cost[0] + g_cost[0]), batch * (3 * d_cost[1] + g_cost[1])
+            )
+        if self.adapt and ds.get("pending"):
+            ds["pending"] = False
+            self._decide(discriminator, params)
+
+    def end_generation(self, generators: Sequence[Individual], discriminators: Sequence[Individual]) -> None:
+        """Nothing to do: every decision is taken on a step, where the gradients it needs exist."""
+
+    def check(self, individual: Individual) -> None:
+        validate_sparse_state(individual, controller=self.name)
+
+    def metrics(self, generator: Individual, discriminator: Individual) -> dict[str, float]:
+        o = self.opts
+        gs, ds = generator.sparse, discriminator.sparse
+        out = {
+            "density_g": overall_density(masks_of(generator)),
+            "density_d": overall_density(masks_of(discriminator)),
+        }
+        window = ds.get("br_window") or []
+        if window:
+            out["br"] = balance.balance_ratio(window, eps=o.br_eps, clip=o.br_clip)
+        train = gs["ledger"]["train"] + ds["ledger"]["train"]
+        dense = gs["ledger"]["dense"] + ds["ledger"]["dense"]
+        out.update(flops_train=train, flops_dense=dense, flops_br=gs["ledger"]["br"] + ds["ledger"]["br"])
+        if dense > 0:
+            out["flops_ratio"] = train / dense
+        return out
+
+    # ------------------------------------------------------------------------------------------ ADAPT
+    def _decide(self, discriminator: Individual, params: dict[str, torch.nn.Parameter]) -> None:
+        """The band rule of adapt.md 3.5 on a full window, with D's gradient of the step just taken."""
+        o = self.opts
+        assert isinstance(o, AdaptOptions)
+        ds = discriminator.sparse
+        masks = masks_of(discriminator)
+        br = balance.balance_ratio(ds["br_window"], eps=o.br_eps, clip=o.br_clip)
+        ds["br"] = br
+        density = float(ds["density"])
+        rng = _event_rng(ds)
+        if br >= o.br_upper and density < o.density_max:
+            density = min(o.density_max, round(density + o.density_step, 9))
+        elif br <= o.br_lower:
+            density = max(o.density_min, round(density - o.density_step, 9))
+        elif br >= o.br_upper and self.strict:
+            assert isinstance(o, AdaptStrictOptions)
+            fraction = dst.cosine_fraction(ds["steps"], o.total_steps, o.d_drop_fraction, o.drop_fraction_end)
+            new, _ = dst.prune_and_grow(
+                params, masks, fraction, growth=o.d_growth, generator=rng, optimizer=discriminator.optimizer
+            )
+            _set_masks(discriminator, new)
+            return
+        else:
+            return
+        ds["density"] = density
+        target = round(density * total_count(masks))
+        new = dst.resize(
+            params, masks, target, growth=o.d_growth, generator=rng, optimizer=discriminator.optimizer
+        )
+        _set_masks(discriminator, new)
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+def _params(individual: Individual) -> dict[str, torch.nn.Parameter]:
+    params = dict(individual.network.named_parameters())
+    return {name: params[name] for name in masks_of(individual)}
+
+
+def _event_rng(state: dict[str, Any]) -> torch.Generator:
+    """A CPU generator for one mask event, from the individual's seed and step: reproducible on resume."""
+    return torch.Generator().manual_seed((int(state["seed"]) + 1_000_003 * int(state["steps"])) % 2**63)
+
+
+def _cost(individual: Individual, example: torch.Tensor) -> tuple[float, float]:
+    """Per-sample forward FLOPs ``(sparse, dense)``; probes the network on first use."""
+    s = individual.sparse
+    if "cost" not in s:
+        if "flops" not in s:
+            s["flops"] = flops.count_forward_flops(
+                individual.network, example[:2], masks_of(individual)
+            ).to_state()
+        _refresh_cost(s)
+    return float(s["cost"][0]), float(s["cost"][1])
+
+
+def _refresh_cost(s: dict[str, Any]) -> None:
+    if "flops" in s:
+        counted = flops.NetworkFlops.from_state(s["flops"])
+        s["cost"] = [counted.forward(layer_densities(s["masks"])), counted.forward()]
+
+
+def _set_masks(individual: Individual, masks: dict[str, torch.Tensor]) -> None:
+    s = individual.sparse
+    s["masks"] = masks
+    s["mask_updates"] += 1
+    _refresh_cost(s)
+
+
+__all__ = ["AdaptOptions", "AdaptStrictOptions", "DstOptions", "MaskedController", "StaticOptions"]

@@ -1,0 +1,196 @@
+"""Masks: which weights can be sparse, how dense each layer starts, and keeping pruned weights at zero.
+
+Masks are boolean tensors keyed by parameter name (``dict(network.named_parameters())`` names), the same
+names the state dict uses, so they travel with checkpoints, selection copies and the wire envelope.
+
+Sparsity is simulated, as in the reference and in RigL: weights stay dense tensors and are zeroed after
+every optimizer step. Savings are FLOPs on paper; wall-clock time and memory stay dense.
+
+Optimizer-state policy: after every optimizer step, and at every mask change, every per-element optimizer
+state tensor of a masked parameter (Adam's ``exp_avg``/``exp_avg_sq``/``max_exp_avg_sq``, SGD's momentum)
+is zeroed wherever the mask is off. Pruned positions therefore keep no stale moments, and a regrown
+weight starts at 0 with zero moments (the reference keeps stale Adam moments, section 7 of adapt.md).
+Adam's step count is per tensor, so a regrown position gets the tensor's bias correction, not a fresh one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Literal
+
+import torch
+from torch import nn
+from torch.nn.utils import parametrize
+
+Distribution = Literal["erk", "uniform"]
+
+#: Module types whose weight may be masked (reference 3.3; ConvTranspose added). Everything else
+#: (biases, BatchNorm/LayerNorm affine parameters, embeddings) stays dense.
+MASKABLE_TYPES: tuple[type[nn.Module], ...] = (
+    nn.Linear,
+    nn.Conv1d,
+    nn.Conv2d,
+    nn.Conv3d,
+    nn.ConvTranspose1d,
+    nn.ConvTranspose2d,
+    nn.ConvTranspose3d,
+)
+#: Parameter-name fragments kept dense by default, as the reference does (BigGAN's conditional-BN gain
+#: linears and classifier heads).
+DEFAULT_KEEP_DENSE: tuple[str, ...] = ("gain", "classifier")
+
+
+def weight_name(module: nn.Module) -> str | None:
+    """The local name of the tensor that holds ``module``'s weight, seen through spectral norm.
+
+    Old-style ``spectral_norm`` keeps the trainable tensor in ``weight_orig`` and the parametrization
+    API in ``parametrizations.weight.original``; masking those is what the reference does.
+    """
+    if parametrize.is_parametrized(module, "weight"):
+        return "parametrizations.weight.original"
+    local = dict(module.named_parameters(recurse=False))
+    for name in ("weight_orig", "weight"):
+        if name in local:
+            return name
+    return None
+
+
+def maskable_parameters(
+    network: nn.Module, keep_dense: tuple[str, ...] | list[str] = DEFAULT_KEEP_DENSE
+) -> dict[str, nn.Parameter]:
+    """Name -> parameter for every weight of a Linear/Conv/ConvTranspose layer not kept dense by name."""
+    params = dict(network.named_parameters())
+    found: dict[str, nn.Parameter] = {}
+    for prefix, module in network.named_modules():
+        if not isinstance(module, MASKABLE_TYPES):
+            continue
+        local = weight_name(module)
+        if local is None:
+            continue
+        name = f"{prefix}.{local}" if prefix else local
+        if name in params and not any(fragment in name for fragment in keep_dense):
+            found[name] = params[name]
+    return found
+
+
+def layer_counts(
+    shapes: Mapping[str, tuple[int, ...] | torch.Size], density: float, distribution: Distribution = "erk"
+) -> dict[str, int]:
+    """Active weights per layer so that the total is exactly ``round(density * total)``.
+
+    ERK: a layer's density is proportional to ``sum(shape) / prod(shape)``; a layer that would exceed 1 is
+    made dense and the scale is solved again (RigL's capacity check, one layer at a time, largest first).
+    Uniform: every layer gets ``density``. Fractional counts are rounded by largest remainder, so the
+    overall count hits the target exactly.
+    """
+    if not 0 < density <= 1:
+        raise ValueError(f"density must be in (0, 1], got {density}")
+    sizes = {name: math.prod(shape) for name, shape in shapes.items()}
+    total = sum(sizes.values())
+    target = round(density * total)
+    if distribution == "uniform":
+        raw = dict.fromkeys(sizes, 1.0)
+    elif distribution == "erk":
+        raw = {name: sum(shape) / sizes[name] for name, shape in shapes.items()}
+    else:
+        raise ValueError(f"unknown distribution {distribution!r}")
+    dense: set[str] = set()
+    scale = 0.0
+    while len(dense) < len(sizes):
+        budget = target - sum(sizes[name] for name in dense)
+        free = [name for name in sizes if name not in dense]
+        scale = budget / sum(raw[name] * sizes[name] for name in free)
+        over = [name for name in free if scale * raw[name] > 1]
+        if not over:
+            break
+        dense.add(max(over, key=lambda name: raw[name]))
+    exact = {name: float(sizes[name]) if name in dense else scale * raw[name] * sizes[name] for name in sizes}
+    counts = {name: min(sizes[name], math.floor(value)) for name, value in exact.items()}
+    missing = target - sum(counts.values())
+    by_remainder = sorted(sizes, key=lambda name: counts[name] - exact[name])  # largest fraction first
+    for name in by_remainder:  # float error may leave the floors one or two off in either direction
+        if missing > 0 and counts[name] < sizes[name]:
+            counts[name] += 1
+            missing -= 1
+    for name in reversed(by_remainder):
+        if missing < 0 and counts[name] > 0:
+            counts[name] -= 1
+            missing += 1
+    return counts
+
+
+def random_masks(
+    params: Mapping[str, torch.Tensor], counts: Mapping[str, int], *, generator: torch.Generator
+) -> dict[str, torch.Tensor]:
+    """Boolean masks with exactly ``counts[name]`` active positions, drawn uniformly from ``generator``."""
+    masks: dict[str, torch.Tensor] = {}
+    for name, param in params.items():
+        n = param.numel()
+        order = torch.randperm(n, generator=generator, device=generator.device)
+        flat = torch.zeros(n, dtype=torch.bool, device=generator.device)
+        flat[order[: counts[name]]] = True
+        masks[name] = flat.view(param.shape).to(param.device)
+    return masks
+
+
+@torch.no_grad()
+def reset_positions(
+    params: Mapping[str, torch.Tensor],
+    positions: Mapping[str, torch.Tensor],
+    optimizer: torch.optim.Optimizer | None = None,
+) -> None:
+    """Zero the weights and per-element optimizer state at ``positions`` (True = reset)."""
+    for name, where in positions.items():
+        param = params[name]
+        where = where.to(param.device)
+        param.masked_fill_(where, 0)
+        if optimizer is None:
+            continue
+        for value in optimizer.state.get(param, {}).values():  # type: ignore[call-overload]
+            if isinstance(value, torch.Tensor) and value.shape == param.shape:
+                value.masked_fill_(where, 0)
+
+
+def apply_masks(
+    params: Mapping[str, torch.Tensor],
+    masks: Mapping[str, torch.Tensor],
+    optimizer: torch.optim.Optimizer | None = None,
+) -> None:
+    """Enforce ``masks`` after an optimizer step: inactive weights and their optimizer state become 0."""
+    reset_positions(params, {name: ~mask for name, mask in masks.items()}, optimizer)
+
+
+def active_count(masks: Mapping[str, torch.Tensor]) -> int:
+    return int(sum(int(mask.sum()) for mask in masks.values()))
+
+
+def total_count(masks: Mapping[str, torch.Tensor]) -> int:
+    return sum(mask.numel() for mask in masks.values())
+
+
+def overall_density(masks: Mapping[str, torch.Tensor]) -> float:
+    """Active fraction over all masked weights (1.0 when nothing is masked)."""
+    total = total_count(masks)
+    return active_count(masks) / total if total else 1.0
+
+
+def layer_densities(masks: Mapping[str, torch.Tensor]) -> dict[str, float]:
+    return {name: float(mask.sum()) / mask.numel() for name, mask in masks.items()}
+
+
+__all__ = [
+    "DEFAULT_KEEP_DENSE",
+    "MASKABLE_TYPES",
+    "Distribution",
+    "active_count",
+    "apply_masks",
+    "layer_counts",
+    "layer_densities",
+    "maskable_parameters",
+    "overall_density",
+    "random_masks",
+    "reset_positions",
+    "total_count",
+    "weight_name",
+]

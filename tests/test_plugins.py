@@ -1,0 +1,95 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from evogan import hookimpl, recipe as recipes
+from evogan.api import Selection
+from evogan.errors import ComponentConflictError
+from evogan.plugins import BUILTIN_PLUGINS, describe_plugins, make_plugin_manager
+from evogan.registry import KIND_HOOKS, Registries
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_builtins_register_through_the_same_hooks() -> None:
+    registries = Registries.from_plugin_manager(make_plugin_manager(autoload=False))
+    assert registries["selection"].entries["tournament"].plugin == "evogan.builtin.selection"
+    assert registries["topology"].entries["torus"].plugin == "evogan.builtin.topology"
+    assert "gan" in registries["problem"]
+
+
+def test_a_name_registered_twice_names_both_plugins() -> None:
+    class Twin(Selection):
+        name = "tournament"
+
+    class Impostor:
+        @hookimpl
+        def evogan_register_selections(self, register):
+            register(Twin)
+
+    pm = make_plugin_manager(autoload=False, extra=[Impostor()])
+    with pytest.raises(ComponentConflictError, match=r"'tournament' is registered twice: by plugin "
+                                                     r"'evogan.builtin.selection' and by plugin"):
+        Registries.from_plugin_manager(pm)
+
+
+def test_example_plugin_is_discovered_and_usable(tiny_recipe) -> None:
+    pm = make_plugin_manager()
+    names = {info.name: info for info in describe_plugins(pm)}
+    assert names["example"].distribution == "evogan-example"
+    assert "evogan_register_selections" in names["example"].hooks
+    registries = Registries.from_plugin_manager(pm)
+    assert registries["selection"].entries["linear_rank"].plugin == "example"
+    recipe = recipes.load(tiny_recipe(), registries, ['selection.use="linear_rank"', 'topology={use="complete", cells=3}'])
+    assert recipe.choices["topology"].component(recipe.choices["topology"].options).neighbours(0) == (1, 2)
+
+
+def test_autoload_can_be_disabled_by_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EVOGAN_DISABLE_PLUGIN_AUTOLOAD", "1")
+    registries = Registries.from_plugin_manager(make_plugin_manager())
+    assert "linear_rank" not in registries["selection"]
+    assert "tournament" in registries["selection"]
+
+
+def test_a_named_plugin_can_be_blocked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EVOGAN_BLOCK_PLUGINS", "example")
+    assert "complete" not in Registries.from_plugin_manager(make_plugin_manager())["topology"]
+    assert "torus" not in Registries.from_plugin_manager(
+        make_plugin_manager(blocked=["evogan.builtin.topology"]))["topology"]
+
+
+def test_cli_lists_plugins_with_and_without_autoload() -> None:
+    command = [sys.executable, "-m", "evogan", "plugins", "--json"]
+    with_example = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    assert '"evogan-example"' in with_example
+    env = {"EVOGAN_DISABLE_PLUGIN_AUTOLOAD": "1", "PATH": ""}
+    without = subprocess.run(command, capture_output=True, text=True, check=True, env=env).stdout
+    assert '"evogan-example"' not in without and '"evogan.builtin.selection"' in without
+
+
+def test_every_hookspec_is_documented() -> None:
+    from evogan import hookspecs
+
+    contributing = (ROOT / "CONTRIBUTING.md").read_text()
+    for name in dir(hookspecs):
+        if name.startswith("evogan_"):
+            assert getattr(hookspecs, name).__doc__, name
+            assert f"`{name}(" in contributing, f"{name} is missing from CONTRIBUTING.md"
+    assert set(KIND_HOOKS.values()) <= {n for n in dir(hookspecs) if n.startswith("evogan_register")}
+
+
+def test_core_knows_no_builtin_component_names() -> None:
+    """The engine asks the registries by name; it never names a built-in method itself."""
+    registries = Registries.from_plugin_manager(make_plugin_manager(autoload=False))
+    names = {entry.name for kind in KIND_HOOKS for entry in registries[kind]}
+    core = [ROOT / "evogan" / f for f in ("api.py", "hookspecs.py", "registry.py", "recipe.py", "rng.py")]
+    core += sorted((ROOT / "evogan" / "engine").glob("*.py"))
+    for path in core:
+        text = path.read_text()
+        for name in names:
+            assert f'"{name}"' not in text and f"'{name}'" not in text, f"{path.name} names {name!r}"
+    assert all(module.startswith("evogan.builtin.") for module in BUILTIN_PLUGINS)

@@ -1,0 +1,98 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from evogan import recipe as recipes
+from evogan.errors import RecipeError, UserError
+from evogan.plugins import make_plugin_manager
+from evogan.registry import Registries
+
+ROOT = Path(__file__).resolve().parents[1]
+SHIPPED = sorted((ROOT / "recipes").glob("*.toml"))
+
+
+@pytest.fixture(scope="module")
+def registries() -> Registries:
+    return Registries.from_plugin_manager(make_plugin_manager())
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.name for p in SHIPPED])
+def test_every_shipped_recipe_validates(path: Path, registries: Registries) -> None:
+    recipe = recipes.load(path, registries)
+    assert recipe.choices["problem"].name
+
+
+def errors_for(tiny_recipe, registries: Registries, *overrides: str) -> list[str]:
+    path = tiny_recipe()
+    with pytest.raises(RecipeError) as caught:
+        recipes.load(path, registries, overrides)
+    return [line.removeprefix(f"{path}: ") for line in caught.value.lines]
+
+
+def test_out_of_range_value_names_the_key(tiny_recipe, registries: Registries) -> None:
+    assert errors_for(tiny_recipe, registries, "selection.size=0") == ["selection.size: must be >= 1"]
+
+
+def test_unknown_keys_and_tables(tiny_recipe, registries: Registries) -> None:
+    lines = errors_for(tiny_recipe, registries, "run.sead=3", "problem.network.widht=3", "colour.x=1")
+    assert "run.sead: unknown key" in lines
+    assert "problem.network.widht: unknown key" in lines
+    assert any(line.startswith("colour: unknown table") for line in lines)
+
+
+def test_wrong_type_says_what_it_got(tiny_recipe, registries: Registries) -> None:
+    (line,) = errors_for(tiny_recipe, registries, 'run.generations="many"')
+    assert line.startswith("run.generations: must be a valid integer") and "'many'" in line
+
+
+def test_unknown_component_lists_the_available_ones(tiny_recipe, registries: Registries) -> None:
+    (line,) = errors_for(tiny_recipe, registries, 'selection.use="tournamnet"')
+    assert "unknown selection 'tournamnet'" in line
+    assert "did you mean 'tournament'" in line and "available: linear_rank, " in line
+
+
+def test_missing_required_table(tmp_path: Path, registries: Registries) -> None:
+    path = tmp_path / "r.toml"
+    path.write_text("[run]\nseed = 1\n")
+    with pytest.raises(RecipeError) as caught:
+        recipes.load(path, registries)
+    assert f"{path}: problem: required table is missing" in caught.value.lines
+
+
+def test_invalid_toml_names_the_line(tmp_path: Path, registries: Registries) -> None:
+    path = tmp_path / "broken.toml"
+    path.write_text("[run]\nseed = 1\ngenerations = = 3\n")
+    with pytest.raises(UserError, match=r"broken.toml: invalid TOML: .*line 3"):
+        recipes.load(path, registries)
+
+
+def test_missing_and_unreadable_recipe(tmp_path: Path, registries: Registries) -> None:
+    with pytest.raises(UserError, match="recipe not found"):
+        recipes.load(tmp_path / "nope.toml", registries)
+    with pytest.raises(UserError, match="is a directory"):
+        recipes.load(tmp_path, registries)
+
+
+def test_overrides_are_parsed_as_toml(tiny_recipe, registries: Registries) -> None:
+    recipe = recipes.load(tiny_recipe(), registries, ["run.seed=7", "topology.rows=3", 'problem.loss.use="mse"'])
+    assert recipe.run.seed == 7
+    assert recipe.choices["topology"].options.rows == 3
+    assert recipe.data["problem"]["loss"]["use"] == "mse"
+    with pytest.raises(UserError, match="expected KEY=VALUE"):
+        recipes.apply_overrides({}, ["run.seed"], "r.toml")
+
+
+def test_digest_ignores_operational_keys(tiny_recipe, registries: Registries) -> None:
+    base = recipes.load(tiny_recipe(), registries)
+    longer = recipes.load(tiny_recipe(), registries, ["run.generations=50", "run.workers=2"])
+    other_seed = recipes.load(tiny_recipe(), registries, ["run.seed=2"])
+    assert base.digest == longer.digest != other_seed.digest
+
+
+def test_recipe_round_trips_through_toml(tiny_recipe, registries: Registries, tmp_path: Path) -> None:
+    recipe = recipes.load(tiny_recipe(), registries)
+    copy = tmp_path / "copy.toml"
+    copy.write_text(recipe.to_toml())
+    assert recipes.load(copy, registries).data == recipe.data
