@@ -189,6 +189,10 @@ class Problem(Component):
         """Whether the discriminators train at this batch index (Lipizzaner's D skip)."""
         return True
 
+    def train_generator_at(self, step: int) -> bool:
+        """Whether the generators train at this batch index (``n_critic`` D steps per G step, as SNGAN)."""
+        return True
+
     def fitness_batch(self, *, generator: torch.Generator) -> torch.Tensor:
         raise NotImplementedError
 
@@ -237,8 +241,9 @@ class Problem(Component):
         *,
         generator: torch.Generator,
         title: str = "",
+        count: int | None = None,
     ) -> None:
-        """Write a PNG of samples from the ensemble to ``path``."""
+        """Write a PNG of ``count`` samples (default: the problem's choice) from the ensemble to ``path``."""
 
     def network_budget(self, role: Role) -> dict[str, Any]:
         """Optional facts about a network (parameter count, FLOPs); shown by ``evogan components``."""
@@ -297,7 +302,11 @@ class Loss(Component):
 
     kind: ClassVar[str] = "loss"
 
-    def generator_loss(self, fake_logits: torch.Tensor) -> torch.Tensor:
+    def generator_loss(
+        self, fake_logits: torch.Tensor, *, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
+        """``generator`` is the cell's random stream during training (None during fitness evaluation),
+        for losses that draw at random (Mustangs)."""
         raise NotImplementedError
 
     def discriminator_loss(self, real_logits: torch.Tensor, fake_logits: torch.Tensor) -> torch.Tensor:

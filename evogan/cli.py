@@ -248,21 +248,18 @@ def _short(value: Any) -> str:
     return json.dumps(value) if isinstance(value, str) else str(value)
 
 
-def _attach_optional_commands() -> None:
-    """Commands that live beside the modules they drive (evaluate/sample, keys)."""
-    from importlib import import_module
+def _attach_commands() -> None:
+    """Commands that live beside the modules they drive, added at start-up (not at import time)."""
+    from evogan.commands import COMMANDS
+    from evogan.transport.curve import keys
 
-    for module_name, attribute in (("evogan.commands", "COMMANDS"), ("evogan.transport.curve", "keys")):
-        try:
-            found = getattr(import_module(module_name), attribute)
-        except (ImportError, AttributeError):
-            continue
-        for command in found if isinstance(found, list | tuple) else [found]:
+    for command in [*COMMANDS, keys]:
+        if command.name not in cli.commands:
             cli.add_command(command)
 
 
 def main() -> None:
-    _attach_optional_commands()
+    _attach_commands()
     cli(prog_name="evogan")
 
 

@@ -301,12 +301,14 @@ class Cell:
     ) -> None:
         problem, sparsity, numpy_rng = self.problem, self.settings.sparsity, rnd.numpy
         for step, real in enumerate(problem.training_batches(generator=rnd.torch)):
-            defender = g_opponents[int(numpy_rng.integers(len(g_opponents)))]
-            for g in gens:
-                g.set_hyper(self.toolbox.mutate(g.hyper, rng=numpy_rng))
-                info = problem.generator_step(g, defender.network, real, generator=rnd.torch)
-                if sparsity is not None:
-                    sparsity.after_generator_step(g, defender, info, problem)
+            if problem.train_generator_at(step):
+                defender = g_opponents[int(numpy_rng.integers(len(g_opponents)))]
+                for g in gens:
+                    g.set_hyper(self.toolbox.mutate(g.hyper, rng=numpy_rng))
+                    info = problem.generator_step(g, defender.network, real, generator=rnd.torch)
+                    info.step = step
+                    if sparsity is not None:
+                        sparsity.after_generator_step(g, defender, info, problem)
             if not problem.train_discriminator_at(step):
                 continue
             defender = d_opponents[int(numpy_rng.integers(len(d_opponents)))]

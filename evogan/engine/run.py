@@ -15,7 +15,7 @@ from typing import Any
 import pluggy
 import torch
 
-from evogan.api import ProblemContext, Problem, SparsityController, Topology, Transport
+from evogan.api import ROLES, Problem, ProblemContext, SparsityController, Topology, Transport
 from evogan.engine.cell import Cell, CellSettings
 from evogan.engine.rundir import RunDirectory
 from evogan.errors import UserError
@@ -195,14 +195,8 @@ class Driver:
         path = self.run_dir.save_checkpoint(cell.index, cell.state())
         self.pm.hook.evogan_checkpoint(run=self.info, cell=cell.index, generation=cell.generation, path=path)
 
-    def _mixture(self, cell: Cell) -> tuple[list[torch.nn.Module], list[float]]:
-        cells, networks = cell._mixture_members()
-        weights = [cell.mixture[c] for c in cells]
-        total = sum(weights) or 1.0
-        return networks, [w / total for w in weights]
-
     def pictures(self, cell: Cell, label: str) -> None:
-        networks, weights = self._mixture(cell)
+        networks, weights = mixture_of(cell)
         rnd = CellRandom.for_generation(self.recipe.run.seed, cell.index, cell.generation, "evaluation")
         path = self.run_dir.path / "samples" / f"{label}-cell-{cell.index:04d}.png"
         self.settings.problem.save_pictures(
@@ -213,27 +207,10 @@ class Driver:
     # -------------------------------------------------------------------------------- end
     def finish(self, interrupted: bool) -> dict[str, Any]:
         """Score every cell's best generator and its mixture ensemble on fixed noise; pick the best."""
-        problem = self.settings.problem
-        cells: dict[str, Any] = {}
-        for cell in self.cells:
-            rnd = CellRandom.for_generation(self.recipe.run.seed, cell.index, cell.generation, "evaluation")
-            seed = int(rnd.numpy.integers(2**62))
-            single = problem.evaluate(
-                [cell.best("generator").network], [1.0], generator=torch.Generator().manual_seed(seed)
-            )
-            networks, weights = self._mixture(cell)
-            mixture = problem.evaluate(networks, weights, generator=torch.Generator().manual_seed(seed))
-            cells[str(cell.index)] = {
-                "generation": cell.generation,
-                "generator": single,
-                "mixture": mixture,
-                "mixture_score": problem.objective(mixture),
-                "weights": {str(c): w for c, w in cell.mixture.items()},
-            }
-            if self.settings.sparsity is not None:
-                cells[str(cell.index)]["sparsity"] = self.settings.sparsity.metrics(
-                    cell.best("generator"), cell.best("discriminator")
-                )
+        for cell in self.cells:  # mixtures use the neighbours' final models, as `evogan evaluate` does
+            cell.receive(self.transport.gather(cell.index, cell.neighbours, cell.generation,
+                                               max_staleness=0, timeout=self.recipe.exchange.timeout))
+        cells = score_cells(self.cells, self.settings, self.recipe.run.seed)
         best = min(cells, key=lambda c: cells[c]["mixture_score"])
         self.pictures(self.cells[[c.index for c in self.cells].index(int(best))], "final-best")
         summary = {
@@ -246,7 +223,7 @@ class Driver:
             "best_cell": int(best),
             "best_mixture": cells[best]["mixture"],
         }
-        extra = problem_summary(problem)
+        extra = problem_summary(self.settings.problem)
         if extra:
             summary["problem"] = extra
         self.run_dir.write_summary(summary)
@@ -254,6 +231,51 @@ class Driver:
 
         plot_metrics(self.run_dir)
         return summary
+
+
+def mixture_of(cell: Cell) -> tuple[list[torch.nn.Module], list[float]]:
+    """The networks and normalised weights of a cell's mixture ensemble."""
+    cells, networks = cell._mixture_members()
+    weights = [cell.mixture[c] for c in cells]
+    total = sum(weights) or 1.0
+    return networks, [w / total for w in weights]
+
+
+def score_cells(cells: Sequence[Cell], settings: CellSettings, seed: int) -> dict[str, Any]:
+    """Each cell's best generator alone and its mixture, scored on the same fixed evaluation noise."""
+    problem = settings.problem
+    scores: dict[str, Any] = {}
+    for cell in cells:
+        rnd = CellRandom.for_generation(seed, cell.index, cell.generation, "evaluation")
+        noise_seed = int(rnd.numpy.integers(2**62))
+        single = problem.evaluate(
+            [cell.best("generator").network], [1.0], generator=torch.Generator().manual_seed(noise_seed)
+        )
+        networks, weights = mixture_of(cell)
+        mixture = problem.evaluate(networks, weights, generator=torch.Generator().manual_seed(noise_seed))
+        scores[str(cell.index)] = {
+            "generation": cell.generation,
+            "generator": single,
+            "mixture": mixture,
+            "mixture_score": problem.objective(mixture),
+            "weights": {str(c): w for c, w in cell.mixture.items()},
+        }
+        if settings.sparsity is not None:
+            scores[str(cell.index)]["sparsity"] = settings.sparsity.metrics(
+                cell.best("generator"), cell.best("discriminator")
+            )
+    return scores
+
+
+def load_cells(run_dir: RunDirectory, settings: CellSettings, topology: Topology) -> list[Cell]:
+    """Every cell from its checkpoint, each holding its neighbours' best individuals (for mixtures)."""
+    cells = [Cell(i, topology.neighbours(i), settings) for i in range(topology.cells)]
+    for cell in cells:
+        cell.load_state(run_dir.load_checkpoint(cell.index))
+    for cell in cells:
+        for peer in cell.neighbours:
+            cell.foreign[peer] = {role: cells[peer].best(role) for role in ROLES}
+    return cells
 
 
 def problem_summary(problem: Problem) -> dict[str, Any]:
@@ -267,4 +289,14 @@ def set_threads(threads: int) -> None:
         os.environ.setdefault("OMP_NUM_THREADS", str(threads))
 
 
-__all__ = ["Driver", "RunInfo", "build_settings", "build_topology", "pick_device", "set_threads"]
+__all__ = [
+    "Driver",
+    "RunInfo",
+    "build_settings",
+    "build_topology",
+    "load_cells",
+    "mixture_of",
+    "pick_device",
+    "score_cells",
+    "set_threads",
+]

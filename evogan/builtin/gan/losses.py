@@ -16,7 +16,9 @@ class BCE(Loss):
     name: ClassVar[str] = "bce"
     description: ClassVar[str] = "binary cross-entropy, non-saturating generator loss"
 
-    def generator_loss(self, fake_logits: torch.Tensor) -> torch.Tensor:
+    def generator_loss(
+        self, fake_logits: torch.Tensor, *, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
         return F.binary_cross_entropy_with_logits(fake_logits, torch.ones_like(fake_logits))
 
     def discriminator_loss(self, real_logits: torch.Tensor, fake_logits: torch.Tensor) -> torch.Tensor:
@@ -31,7 +33,9 @@ class Minimax(BCE):
     name: ClassVar[str] = "minimax"
     description: ClassVar[str] = "saturating minimax generator loss, BCE discriminator"
 
-    def generator_loss(self, fake_logits: torch.Tensor) -> torch.Tensor:
+    def generator_loss(
+        self, fake_logits: torch.Tensor, *, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
         return -F.binary_cross_entropy_with_logits(fake_logits, torch.zeros_like(fake_logits))
 
 
@@ -41,7 +45,9 @@ class Heuristic(BCE):
     name: ClassVar[str] = "heuristic"
     description: ClassVar[str] = "-0.5 log D(G(z)) generator loss, BCE discriminator"
 
-    def generator_loss(self, fake_logits: torch.Tensor) -> torch.Tensor:
+    def generator_loss(
+        self, fake_logits: torch.Tensor, *, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
         return -0.5 * F.logsigmoid(fake_logits).mean()
 
 
@@ -51,7 +57,9 @@ class LeastSquares(Loss):
     name: ClassVar[str] = "mse"
     description: ClassVar[str] = "least-squares GAN loss on sigmoid outputs"
 
-    def generator_loss(self, fake_logits: torch.Tensor) -> torch.Tensor:
+    def generator_loss(
+        self, fake_logits: torch.Tensor, *, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
         return ((torch.sigmoid(fake_logits) - 1) ** 2).mean()
 
     def discriminator_loss(self, real_logits: torch.Tensor, fake_logits: torch.Tensor) -> torch.Tensor:
@@ -64,7 +72,9 @@ class Hinge(Loss):
     name: ClassVar[str] = "hinge"
     description: ClassVar[str] = "hinge loss (SNGAN / ADAPT)"
 
-    def generator_loss(self, fake_logits: torch.Tensor) -> torch.Tensor:
+    def generator_loss(
+        self, fake_logits: torch.Tensor, *, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
         return -fake_logits.mean()
 
     def discriminator_loss(self, real_logits: torch.Tensor, fake_logits: torch.Tensor) -> torch.Tensor:

@@ -58,6 +58,7 @@ class GanOptions(Options):
     learning_rate: float = Field(2e-4, gt=0, description="initial Adam learning rate (lr0)")
     betas: tuple[float, float] = Field((0.5, 0.999), description="Adam betas")
     d_skip: int = Field(0, ge=0, description="train D on every (d_skip+1)-th batch only (Lipizzaner's skip)")
+    critic_steps: int = Field(1, ge=1, description="train G on every critic_steps-th batch only (SNGAN's n_critic)")
     fitness_samples: int = Field(1000, ge=1, description="real samples and noise vectors per fitness evaluation")
     score_samples: int = Field(1000, ge=1, description="generated samples per metric evaluation")
     mixture_sampling: Literal["exact_proportion", "independent_probability"] = Field(
@@ -139,6 +140,9 @@ class GanProblem(Problem):
     def train_discriminator_at(self, step: int) -> bool:
         return step % (self.options.d_skip + 1) == 0
 
+    def train_generator_at(self, step: int) -> bool:
+        return step % self.options.critic_steps == self.options.critic_steps - 1
+
     def fitness_batch(self, *, generator: torch.Generator) -> torch.Tensor:
         return self.source.sample(self.options.fitness_samples, generator=generator)
 
@@ -173,7 +177,7 @@ class GanProblem(Problem):
         try:
             attacker.optimizer.zero_grad(set_to_none=True)
             fake_logits = defender(attacker.network(z))
-            self.loss.generator_loss(fake_logits).backward()
+            self.loss.generator_loss(fake_logits, generator=generator).backward()
             attacker.optimizer.step()
         finally:
             defender.requires_grad_(True)
@@ -234,16 +238,18 @@ class GanProblem(Problem):
         *,
         generator: torch.Generator,
         title: str = "",
+        count: int | None = None,
     ) -> None:
         from evogan.builtin.gan.pictures import save_image_grid, save_scatter
 
         path.parent.mkdir(parents=True, exist_ok=True)
         if len(self.source.sample_shape) == 1:
-            fake = self.mixture_samples(generators, weights, 1000, generator=generator)
-            real = self.source.sample(1000, generator=generator)
+            fake = self.mixture_samples(generators, weights, count or 1000, generator=generator)
+            real = self.source.sample(count or 1000, generator=generator)
             save_scatter(real.cpu(), fake.cpu(), path, title=title)
         else:
-            fake = self.mixture_samples(generators, weights, self.options.picture_samples, generator=generator)
+            n = count or self.options.picture_samples
+            fake = self.mixture_samples(generators, weights, n, generator=generator)
             save_image_grid(fake.cpu(), path)
 
     def network_budget(self, role: Role) -> dict[str, Any]:

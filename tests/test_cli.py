@@ -1,0 +1,121 @@
+"""The command line: exit codes, one-line errors, no traceback, nothing half-written."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from rich.console import Console
+
+from evogan.cli import _attach_commands, cli
+
+_attach_commands()
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+def test_validate_ok_and_errors(tiny_recipe) -> None:
+    path = tiny_recipe()
+    ok = invoke("validate", str(path))
+    assert ok.exit_code == 0 and "ok" in ok.output
+    bad = invoke("validate", str(path), "--set", "selection.size=0")
+    assert bad.exit_code == 2
+    assert f"{path}: selection.size: must be >= 1" in bad.output
+    assert "Traceback" not in bad.output
+
+
+def test_run_writes_nothing_when_the_recipe_is_bad(tiny_recipe, tmp_path: Path) -> None:
+    result = invoke("run", str(tiny_recipe()), "--set", "run.colour=1", "--quiet")
+    assert result.exit_code == 2 and "run.colour: unknown key" in result.output
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [(None, "recipe not found"), ("[run\n", "invalid TOML"), ("x = 1\n", "x: unknown table")],
+)
+def test_bad_recipe_files(tmp_path: Path, content: str | None, message: str) -> None:
+    path = tmp_path / "r.toml"
+    if content is not None:
+        path.write_text(content)
+    result = invoke("run", str(path), "--quiet")
+    assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output
+
+
+def test_unwritable_output_directory(tiny_recipe, tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("a file where a directory should be")
+    result = invoke("run", str(tiny_recipe()), "--output-dir", str(blocker / "runs"), "--quiet")
+    assert result.exit_code == 2 and "output directory is not a directory" in result.output
+
+
+def test_resume_errors(tmp_path: Path) -> None:
+    assert "no such run directory" in invoke("run", "--resume", str(tmp_path / "nope")).output
+    result = invoke("run", "--resume", str(tmp_path))
+    assert result.exit_code == 2 and "not a run directory" in result.output
+    assert invoke("run").exit_code == 2
+
+
+def test_grid_and_seed_overrides_and_plain_output(tiny_recipe, tmp_path: Path) -> None:
+    result = invoke("run", str(tiny_recipe(generations=1)), "--grid", "1x2", "--seed", "4", "--plain")
+    assert result.exit_code == 0, result.output
+    assert "torus 1x2" in result.output and "generation 1/1 cell 1:" in result.output
+    assert invoke("run", str(tiny_recipe()), "--grid", "three").exit_code == 2
+
+
+def test_plugins_and_components_listing() -> None:
+    listing = json.loads(invoke("components", "selection", "--json").output)
+    names = {item["name"]: item for item in listing["selection"]}
+    assert names["tournament"]["options"]["size"]["default"] == 2
+    assert names["linear_rank"]["plugin"] == "example"
+    assert invoke("components", "nonsense").exit_code == 2
+    plugins = json.loads(invoke("plugins", "--json").output)
+    assert any(p["name"] == "evogan.builtin.topology" for p in plugins)
+
+
+def test_live_view_renders_the_grid(tiny_recipe) -> None:
+    from evogan.builtin.reporter import TerminalReporter
+    from evogan.plugins import make_plugin_manager
+    from evogan.runtime.single import prepare, run_in_process
+
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=120, force_terminal=True, color_system=None)
+    reporter = TerminalReporter(console, "live")
+    pm = make_plugin_manager(extra=[reporter])
+    run_in_process(prepare(tiny_recipe(generations=2), pm=pm, overrides=["sparsity.use=\"static\""]))
+    text = buffer.getvalue()
+    assert "cell-generations" in text and "mixture score" in text and "density G" in text
+    assert "best mixture ensemble: cell" in text
+    assert len(reporter.rows) == 4 and all(row["generation"] == 2 for row in reporter.rows.values())
+
+
+def test_evaluate_and_sample_a_finished_run(tiny_recipe, tmp_path: Path) -> None:
+    from evogan.runtime.single import prepare, run_in_process
+
+    prepared = prepare(tiny_recipe(generations=2))
+    summary = run_in_process(prepared)
+    run_dir = prepared.run_dir.path
+    result = invoke("evaluate", str(run_dir), "--json")
+    assert result.exit_code == 0, result.output
+    scores = json.loads(result.output)
+    assert scores["best_cell"] == summary["best_cell"]
+    assert scores["cells"]["0"]["mixture"] == summary["cells"]["0"]["mixture"]
+    table = invoke("evaluate", str(run_dir))
+    assert "best mixture ensemble" in table.output
+    out = tmp_path / "pics" / "s.png"
+    drawn = invoke("sample", str(run_dir), "-n", "50", "-o", str(out), "--cell", "1")
+    assert drawn.exit_code == 0 and out.stat().st_size > 1000
+    assert invoke("sample", str(run_dir), "--cell", "9").exit_code == 2
+
+
+def test_evaluate_needs_checkpoints(tiny_recipe, tmp_path: Path) -> None:
+    from evogan.runtime.single import prepare
+
+    prepared = prepare(tiny_recipe(generations=1))  # created, never run: no checkpoints
+    result = invoke("evaluate", str(prepared.run_dir.path))
+    assert result.exit_code == 2 and "no checkpoints" in result.output
