@@ -351,12 +351,12 @@ class Transport(Component):
 
     kind: ClassVar[str] = "transport"
 
-    def publish(self, cell: int, frames: Sequence[bytes]) -> None:
+    def publish(self, cell: int, frames: Sequence[bytes | memoryview]) -> None:
         raise NotImplementedError
 
     def gather(
         self, cell: int, peers: Sequence[int], generation: int, *, max_staleness: int, timeout: float
-    ) -> dict[int, list[bytes]]:
+    ) -> dict[int, list[bytes | memoryview]]:
         """Frames of each peer's message for ``generation`` (or the newest no older than
         ``generation - max_staleness``, waiting at most ``timeout`` seconds; then whatever is newest)."""
         raise NotImplementedError

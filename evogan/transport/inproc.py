@@ -38,8 +38,8 @@ class InProcessTransport(Transport):
 
     def gather(
         self, cell: int, peers: Sequence[int], generation: int, *, max_staleness: int, timeout: float
-    ) -> dict[int, list[bytes]]:
-        found: dict[int, list[bytes]] = {}
+    ) -> dict[int, list[bytes | memoryview]]:
+        found: dict[int, list[bytes | memoryview]] = {}
         for peer in peers:
             by_generation = self._messages.get(peer)
             if not by_generation:

@@ -1,0 +1,329 @@
+"""The single thread that owns every ZeroMQ socket of a :class:`~evogan.transport.zmq.ZmqTransport`.
+
+ZeroMQ sockets are not thread-safe. The transport creates its sockets in the caller's thread during
+``bind``/``connect`` and hands them over to this thread when it starts (thread start is a full memory
+fence, which is what libzmq asks for when a socket migrates). From then on only this thread touches them:
+other threads enqueue outgoing messages and wake it through a non-blocking pipe.
+
+The loop drains subscriber sockets (every valid message goes to the inbox), reads subscription frames
+on each XPUB (the startup barrier counts them), sends queued publications and a heartbeat per local cell
+every ``heartbeat_interval`` seconds, so liveness keeps flowing while a generation trains for minutes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import zmq
+from zmq.utils.monitor import recv_monitor_message
+
+from evogan.errors import MessageRejected
+from evogan.transport.envelope import MODEL_KIND, TOPIC_WIDTH, parse_header, topic
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_KIND = b"H"
+TOPIC_LENGTH = TOPIC_WIDTH + 3  # "c" + digits + "." + kind
+MAX_HEARTBEAT_BYTES = 4096
+RETRY_MS = 5  # how often a message waiting for a full subscriber pipe is retried
+DRAIN_BATCH = 64  # messages read from one socket before the loop looks at the others
+
+SUB_EVENTS = (
+    zmq.EVENT_DISCONNECTED
+    | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+    | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+    | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+)
+PUB_EVENTS = zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+EVENT_REASONS: dict[int, str] = {
+    zmq.EVENT_DISCONNECTED: "disconnected",
+    zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL: "handshake_failed",
+    zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL: "handshake_failed",
+    zmq.EVENT_HANDSHAKE_FAILED_AUTH: "auth_rejected",
+}
+
+# envelope.parse_header reasons -> a bounded set of counter names (the reasons embed peer-chosen text)
+_REASONS = (
+    ("heartbeat", "heartbeat"),
+    ("bad topic", "bad_topic"),
+    ("unexpected peer", "unexpected_peer"),
+    ("unknown kind", "unknown_kind"),
+    ("expected 3 frames", "frames"),
+    ("header larger", "header_too_large"),
+    ("exceeds the cap", "oversize"),
+    ("not JSON", "header_not_json"),
+    ("not a JSON object", "header_not_json"),
+    ("header field", "header_fields"),
+    ("envelope version", "version"),
+    ("topic does not match", "topic_mismatch"),
+    ("payload is", "length_mismatch"),
+    ("manifest", "manifest"),
+    ("tensor ", "manifest"),
+)
+
+
+def reason_key(message: str) -> str:
+    """A stable counter name for a rejection reason."""
+    for needle, key in _REASONS:
+        if needle in message:
+            return key
+    return "invalid"
+
+
+class Inbox:
+    """What the I/O thread reports to; implemented by the transport (thread-safe on its side)."""
+
+    def model(self, peer: int, header: dict[str, Any], frames: list[Any], size: int) -> str | None:
+        """A validated model message; return a drop reason or None when kept."""
+        raise NotImplementedError
+
+    def heartbeat(self, peer: int, body: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def subscribed(self, cell: int, subscriber: int) -> None:
+        raise NotImplementedError
+
+    def count(self, reason: str, *, sent: int = 0, sent_bytes: int = 0) -> None:
+        raise NotImplementedError
+
+
+class IOThread(threading.Thread):
+    """Owns the XPUBs (one per local cell), the SUBs and their monitors once started."""
+
+    def __init__(
+        self,
+        *,
+        publishers: dict[int, zmq.Socket[bytes]],
+        subscribers: Sequence[zmq.Socket[bytes]],
+        peers: set[int],
+        inbox: Inbox,
+        max_bytes: int,
+        heartbeat_interval: float,
+        heartbeat_state: Callable[[int], tuple[int, int]],
+        send_grace: float,
+    ) -> None:
+        super().__init__(name="evogan-zmq-io", daemon=True)
+        self.publishers = publishers
+        self.subscribers = list(subscribers)
+        self.peers = peers
+        self.inbox = inbox
+        self.max_bytes = max_bytes
+        self.heartbeat_interval = heartbeat_interval
+        self.heartbeat_state = heartbeat_state
+        self.send_grace = send_grace
+        self._pending: dict[int, tuple[list[Any], float]] = {}
+        self.monitors: list[tuple[zmq.Socket[bytes], zmq.Socket[bytes]]] = []
+        for sock in self.subscribers:
+            self.monitors.append((sock, sock.get_monitor_socket(SUB_EVENTS)))
+        for sock in publishers.values():
+            self.monitors.append((sock, sock.get_monitor_socket(PUB_EVENTS)))
+        self._outgoing: deque[tuple[int, list[Any]]] = deque()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._stopping = threading.Event()
+        self._fd_lock = threading.Lock()
+        self._fds_closed = False
+        self.error: BaseException | None = None
+
+    # ------------------------------------------------------------------ called from other threads
+    def enqueue(self, cell: int, frames: list[Any]) -> None:
+        self._outgoing.append((cell, frames))  # deque.append is atomic
+        self.wake()
+
+    def wake(self) -> None:
+        with self._fd_lock, contextlib.suppress(BlockingIOError, OSError):
+            if not self._fds_closed:  # never write into a closed (possibly reused) descriptor
+                os.write(self._wake_w, b"\0")
+
+    def stop(self, timeout: float = 10.0) -> bool:
+        self._stopping.set()
+        self.wake()
+        self.join(timeout)
+        return not self.is_alive()
+
+    # ------------------------------------------------------------------ the loop
+    def run(self) -> None:
+        try:
+            self._loop()
+        except BaseException as exc:  # recorded; gather/wait_ready turn it into a RunFailure
+            log.exception("zmq I/O thread failed")
+            self.error = exc
+        finally:
+            self._close_sockets()
+            with self._fd_lock:
+                self._fds_closed = True
+                os.close(self._wake_r)
+                os.close(self._wake_w)
+
+    def _loop(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self._wake_r, zmq.POLLIN)
+        for sock in (*self.publishers.values(), *self.subscribers):
+            poller.register(sock, zmq.POLLIN)
+        monitor_of = {}
+        for sock, monitor in self.monitors:
+            poller.register(monitor, zmq.POLLIN)
+            monitor_of[monitor] = sock
+        xpubs = {sock: cell for cell, sock in self.publishers.items()}
+        next_beat = time.monotonic()
+        while not self._stopping.is_set():
+            now = time.monotonic()
+            if now >= next_beat:
+                for cell in self.publishers:
+                    self._heartbeat(cell)
+                next_beat = max(next_beat + self.heartbeat_interval, now)
+            wait_ms = max(0, int((next_beat - time.monotonic()) * 1000) + 1)
+            if self._outgoing:
+                wait_ms = 0
+            elif self._pending:
+                wait_ms = min(wait_ms, RETRY_MS)
+            for item, _ in poller.poll(wait_ms):
+                if item == self._wake_r:
+                    with contextlib.suppress(BlockingIOError):
+                        os.read(self._wake_r, 4096)
+                elif item in xpubs:
+                    self._read_subscriptions(xpubs[item], item)
+                elif item in monitor_of:
+                    self._read_monitor(item)
+                else:
+                    self._drain(item)
+            self._retry_pending()
+            while self._outgoing:
+                cell, frames = self._outgoing.popleft()
+                self._publish(cell, frames)
+
+    def _publish(self, cell: int, frames: list[Any]) -> None:
+        if cell in self._pending:
+            self.inbox.count("superseded")  # a newer generation replaces one still waiting for a pipe
+            del self._pending[cell]
+        if not self._try_send(cell, frames):
+            self._pending[cell] = (frames, time.monotonic())
+
+    def _retry_pending(self) -> None:
+        """A full pipe is usually a burst or a big message still on the wire: retry for ``send_grace``
+        seconds, then send lossy so that only the slow subscriber misses it (a frozen neighbour must not
+        starve the healthy ones; with XPUB_NODROP one full pipe blocks the send to every subscriber)."""
+        now = time.monotonic()
+        for cell, (frames, since) in list(self._pending.items()):
+            if self._try_send(cell, frames):
+                del self._pending[cell]
+            elif now - since >= self.send_grace:
+                del self._pending[cell]
+                self.inbox.count("send_hwm")
+                self._try_send(cell, frames, lossy=True)
+
+    def _try_send(self, cell: int, frames: list[Any], *, lossy: bool = False) -> bool:
+        """Never blocks: XPUB_NODROP + DONTWAIT turns a full subscriber pipe into EAGAIN."""
+        sock = self.publishers[cell]
+        if lossy:
+            sock.setsockopt(zmq.XPUB_NODROP, 0)
+        try:
+            sock.send_multipart(frames, flags=zmq.DONTWAIT, copy=False)
+        except zmq.Again:
+            return False
+        finally:
+            if lossy:
+                sock.setsockopt(zmq.XPUB_NODROP, 1)
+        if frames[0][TOPIC_LENGTH - 1 : TOPIC_LENGTH] == MODEL_KIND:
+            self.inbox.count("", sent=1, sent_bytes=sum(len(frame) for frame in frames))
+        return True
+
+    def _heartbeat(self, cell: int) -> None:
+        generation, incarnation = self.heartbeat_state(cell)
+        body = json.dumps({"cell": cell, "generation": generation, "incarnation": incarnation}).encode()
+        frames = [topic(cell, HEARTBEAT_KIND), body]
+        if not self._try_send(cell, frames):  # tiny; the healthy subscribers must keep hearing us
+            self.inbox.count("send_hwm")
+            self._try_send(cell, frames, lossy=True)
+
+    def _read_subscriptions(self, cell: int, sock: zmq.Socket[bytes]) -> None:
+        """XPUB_VERBOSE surfaces every subscription frame; ``\x01c00003.S00001`` says cell 1 subscribed."""
+        mark = b"\x01" + topic(cell, b"S")
+        for _ in range(DRAIN_BATCH):
+            try:
+                frame = sock.recv(zmq.DONTWAIT)
+            except zmq.Again:
+                return
+            tail = frame[len(mark) :]
+            if frame.startswith(mark) and len(tail) == TOPIC_WIDTH and tail.isdigit():
+                self.inbox.subscribed(cell, int(tail))
+                self._heartbeat(cell)  # a welcome: the new subscriber hears from us at once
+
+    def _read_monitor(self, monitor: zmq.Socket[bytes]) -> None:
+        for _ in range(DRAIN_BATCH):
+            try:
+                event = recv_monitor_message(monitor, zmq.DONTWAIT)
+            except zmq.Again:
+                return
+            reason = EVENT_REASONS.get(event["event"])
+            if reason:
+                self.inbox.count(reason)
+
+    def _drain(self, sock: zmq.Socket[bytes]) -> None:
+        for _ in range(DRAIN_BATCH):
+            try:
+                frames = sock.recv_multipart(zmq.DONTWAIT, copy=False)
+            except zmq.Again:
+                return
+            try:
+                self._accept(frames)
+            except MessageRejected as exc:
+                self.inbox.count(reason_key(str(exc)))
+            except Exception:  # a receiver must never die on a peer's bytes
+                log.exception("unexpected error while validating a message")
+                self.inbox.count("invalid")
+
+    def _accept(self, raw: list[zmq.Frame]) -> None:
+        head = raw[0].bytes
+        if len(head) != TOPIC_LENGTH or head[:1] != b"c" or not head[1 : TOPIC_WIDTH + 1].isdigit():
+            raise MessageRejected("bad topic")
+        peer, kind = int(head[1 : TOPIC_WIDTH + 1]), head[TOPIC_LENGTH - 1 :]
+        if peer not in self.peers:
+            raise MessageRejected("unexpected peer")
+        if kind == HEARTBEAT_KIND:
+            self.inbox.heartbeat(peer, self._heartbeat_body(peer, raw))
+            return
+        if kind != MODEL_KIND:
+            raise MessageRejected("unknown kind")
+        frames: list[Any] = [head, *(frame.bytes for frame in raw[1:2]), *(frame.buffer for frame in raw[2:])]
+        header = parse_header(frames, max_bytes=self.max_bytes)
+        reason = self.inbox.model(peer, header, frames, sum(len(f) for f in frames))
+        if reason:
+            self.inbox.count(reason)
+
+    @staticmethod
+    def _heartbeat_body(peer: int, raw: list[zmq.Frame]) -> dict[str, Any]:
+        if len(raw) != 2 or len(raw[1]) > MAX_HEARTBEAT_BYTES:
+            raise MessageRejected("heartbeat: bad layout")
+        try:
+            body = json.loads(raw[1].bytes)
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            raise MessageRejected("heartbeat: not JSON") from None
+        fields = ("cell", "generation", "incarnation")
+        if not isinstance(body, dict) or not all(
+            isinstance(body.get(key), int) and not isinstance(body.get(key), bool) for key in fields
+        ):
+            raise MessageRejected("heartbeat: fields")
+        if body["cell"] != peer:
+            raise MessageRejected("heartbeat: topic does not match")
+        return body
+
+    def _close_sockets(self) -> None:
+        for sock, monitor in self.monitors:
+            with contextlib.suppress(zmq.ZMQError):
+                sock.disable_monitor()
+            monitor.close(linger=0)
+        for sock in (*self.publishers.values(), *self.subscribers):
+            sock.close(linger=0)
+
+
+__all__ = ["HEARTBEAT_KIND", "IOThread", "Inbox", "reason_key"]
