@@ -1,0 +1,30 @@
+"""Helpers shared by the benchmark scripts: run a recipe in this process and read its results."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from evogan.runtime.single import prepare, run_in_process
+
+
+def run_recipe(recipe: Path, overrides: Sequence[str]) -> tuple[dict[str, Any], float, Path]:
+    """Run quietly; return (summary, wall seconds, run directory)."""
+    prepared = prepare(recipe, overrides=list(overrides))
+    started = time.perf_counter()
+    summary = run_in_process(prepared)
+    return summary, time.perf_counter() - started, prepared.run_dir.path
+
+
+def timings(run_dir: Path) -> list[dict[str, float]]:
+    return [json.loads(line) for line in (run_dir / "timings.jsonl").read_text().splitlines()]
+
+
+def mean_sd(values: Sequence[float]) -> str:
+    if len(values) == 1:
+        return f"{values[0]:.3g}"
+    return f"{statistics.mean(values):.3g} ± {statistics.stdev(values):.2g}"
