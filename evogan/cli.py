@@ -12,6 +12,7 @@ from typing import Any, NoReturn
 
 import click
 from rich.console import Console
+from rich.markup import escape
 
 from evogan import __version__
 from evogan.errors import EvoganError, RecipeError
@@ -22,7 +23,7 @@ def fail(error: EvoganError) -> NoReturn:
     console = Console(stderr=True, highlight=False, soft_wrap=True)
     lines = error.lines if isinstance(error, RecipeError) else [str(error)]
     for line in lines:
-        console.print(f"[bold red]error:[/] {line}", markup=True)
+        console.print(f"[bold red]error:[/] {escape(line)}", markup=True)
     sys.exit(error.exit_code)
 
 
@@ -45,7 +46,10 @@ def plugin_manager(disable: tuple[str, ...], extra: tuple[object, ...] = ()) -> 
 
 
 disable_option = click.option(
-    "--disable-plugin", "disable", multiple=True, metavar="NAME",
+    "--disable-plugin",
+    "disable",
+    multiple=True,
+    metavar="NAME",
     help="Do not load this plugin (entry-point or built-in module name). Repeatable.",
 )
 
@@ -75,8 +79,12 @@ class StopFlag:
 
 
 def overrides_from(
-    seed: int | None, generations: int | None, grid: str | None, output_dir: Path | None,
-    workers: int | None, sets: tuple[str, ...],
+    seed: int | None,
+    generations: int | None,
+    grid: str | None,
+    output_dir: Path | None,
+    workers: int | None,
+    sets: tuple[str, ...],
 ) -> list[str]:
     overrides = []
     if seed is not None:
@@ -97,22 +105,44 @@ def overrides_from(
 
 @cli.command()
 @click.argument("recipe", required=False, type=click.Path(path_type=Path))
-@click.option("--resume", "resume_dir", type=click.Path(path_type=Path), metavar="RUN_DIR",
-              help="Continue a run from its last checkpoints (the recipe is read from RUN_DIR).")
+@click.option(
+    "--resume",
+    "resume_dir",
+    type=click.Path(path_type=Path),
+    metavar="RUN_DIR",
+    help="Continue a run from its last checkpoints (the recipe is read from RUN_DIR).",
+)
 @click.option("--seed", type=int, help="Override run.seed.")
 @click.option("--generations", type=click.IntRange(min=1), help="Override run.generations.")
 @click.option("--grid", metavar="ROWSxCOLS", help="Override topology.rows and topology.cols, e.g. 3x3.")
 @click.option("--output-dir", type=click.Path(path_type=Path), help="Override run.output_dir.")
-@click.option("--workers", type=click.IntRange(min=1), help="Override run.workers (processes on this machine).")
-@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
-              help="Override any recipe key, e.g. --set problem.batch_size=64. Repeatable.")
+@click.option(
+    "--workers", type=click.IntRange(min=1), help="Override run.workers (processes on this machine)."
+)
+@click.option(
+    "--set",
+    "sets",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override any recipe key, e.g. --set problem.batch_size=64. Repeatable.",
+)
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
-@click.option("--plain", is_flag=True, help="Plain lines instead of the live view (default when not a terminal).")
+@click.option(
+    "--plain", is_flag=True, help="Plain lines instead of the live view (default when not a terminal)."
+)
 @disable_option
 @handle_errors
 def run(
-    recipe: Path | None, resume_dir: Path | None, seed: int | None, generations: int | None, grid: str | None,
-    output_dir: Path | None, workers: int | None, sets: tuple[str, ...], quiet: bool, plain: bool,
+    recipe: Path | None,
+    resume_dir: Path | None,
+    seed: int | None,
+    generations: int | None,
+    grid: str | None,
+    output_dir: Path | None,
+    workers: int | None,
+    sets: tuple[str, ...],
+    quiet: bool,
+    plain: bool,
     disable: tuple[str, ...],
 ) -> None:
     """Train the grid a RECIPE describes (or --resume a run). Writes runs/<name>-<timestamp>/."""
@@ -131,7 +161,7 @@ def run(
         if prepared.recipe.run.workers > 1:
             from evogan.runtime.launcher import launch
 
-            launch(prepared, stop=stop, console=console, quiet=quiet)
+            launch(prepared, stop=stop, console=console, quiet=quiet, blocked=disable)
         else:
             run_in_process(prepared, stop=stop)
     except KeyboardInterrupt:
@@ -164,7 +194,9 @@ def validate(recipes: tuple[Path, ...], sets: tuple[str, ...], disable: tuple[st
         except EvoganError as error:
             lines.append(str(error))
         else:
-            click.echo(f"{path}: ok ({recipe.choices['topology'].name}, problem {recipe.choices['problem'].name})")
+            click.echo(
+                f"{path}: ok ({recipe.choices['topology'].name}, problem {recipe.choices['problem'].name})"
+            )
     if lines:
         fail(RecipeError(lines))
 
@@ -211,12 +243,20 @@ def components(kind: str | None, as_json: bool, disable: tuple[str, ...]) -> Non
         listing[name] = []
         for entry in registries[name]:
             options = {
-                field: {"default": _jsonable(info.get_default(call_default_factory=True)),
-                        "description": info.description or ""}
+                field: {
+                    "default": _jsonable(info.get_default(call_default_factory=True)),
+                    "description": info.description or "",
+                }
                 for field, info in entry.component.Options.model_fields.items()
             }
-            listing[name].append({"name": entry.name, "plugin": entry.plugin,
-                                  "description": entry.component.description, "options": options})
+            listing[name].append(
+                {
+                    "name": entry.name,
+                    "plugin": entry.plugin,
+                    "description": entry.component.description,
+                    "options": options,
+                }
+            )
     if as_json:
         click.echo(json.dumps(listing, indent=2))
         return

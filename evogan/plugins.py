@@ -23,6 +23,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "evogan.builtin.gan.images",
     "evogan.builtin.gan.image_networks",
     "evogan.builtin.gan.image_metrics",
+    "evogan.builtin.gan.sngan",
 )
 
 # Set to 1 to skip entry-point plugins (built-ins still load).

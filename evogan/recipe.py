@@ -36,7 +36,9 @@ class RunSection(_Table):
     generations: int = Field(10, ge=1, description="generations (Lipizzaner iterations) per cell")
     output_dir: Path = Field(Path("runs"), description="parent of the run directory <name>-<timestamp>")
     checkpoint_every: int = Field(5, ge=0, description="checkpoint every k generations (0: only at the end)")
-    samples_every: int = Field(0, ge=0, description="write sample pictures every k generations (0: at the end)")
+    samples_every: int = Field(
+        0, ge=0, description="write sample pictures every k generations (0: at the end)"
+    )
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: cuda:LOCAL_RANK if present")
     workers: int = Field(1, ge=1, description="worker processes; 1 runs every cell in this process")
     threads: int = Field(0, ge=0, description="torch threads per process (0: torch's default)")
@@ -65,6 +67,10 @@ class ExchangeSection(_Table):
     )
     max_staleness: int = Field(0, ge=0, description="accept neighbour models this many generations old")
     timeout: float = Field(60.0, gt=0, description="seconds to wait for fresh neighbour models")
+    options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="the transport's options (e.g. bind, advertise, curve_dir); node-specific, so not hashed",
+    )
 
 
 FIXED_TABLES: dict[str, type[_Table]] = {
@@ -74,8 +80,17 @@ FIXED_TABLES: dict[str, type[_Table]] = {
     "exchange": ExchangeSection,
 }
 # [run] keys that may change between a run and its resumption without changing its numbers
-OPERATIONAL_KEYS = ("generations", "output_dir", "checkpoint_every", "samples_every", "workers", "max_restarts",
-                    "device", "threads", "name")
+OPERATIONAL_KEYS = (
+    "generations",
+    "output_dir",
+    "checkpoint_every",
+    "samples_every",
+    "workers",
+    "max_restarts",
+    "device",
+    "threads",
+    "name",
+)
 # table -> (component kind, required?)
 COMPONENT_TABLES: dict[str, tuple[str, bool]] = {
     "topology": ("topology", True),
@@ -158,7 +173,14 @@ class Choice:
 
 
 def resolve_choice(
-    registries: Registries, kind: str, table: Mapping[str, Any], path: str, source: str, errors: list[str]
+    registries: Registries,
+    kind: str,
+    table: Mapping[str, Any],
+    path: str,
+    source: str,
+    errors: list[str],
+    *,
+    options_path: str | None = None,
 ) -> Choice | None:
     """Validate one ``{use = ..., ...}`` table (and its nested references) against the registry."""
     if not isinstance(table, Mapping):
@@ -177,12 +199,13 @@ def resolve_choice(
     try:
         options = component.Options.model_validate(settings)
     except ValidationError as exc:
-        errors.extend(format_errors(source, path, exc))
+        errors.extend(format_errors(source, options_path or path, exc))
         return None
     for field_name, nested_kind in nested_kinds(component.Options).items():
         ref = getattr(options, field_name)
-        resolve_choice(registries, nested_kind, {"use": ref.use, **ref.settings}, f"{path}.{field_name}",
-                       source, errors)
+        resolve_choice(
+            registries, nested_kind, {"use": ref.use, **ref.settings}, f"{path}.{field_name}", source, errors
+        )
     return Choice(path, component, options)
 
 
@@ -214,6 +237,11 @@ class Recipe:
         data = copy.deepcopy(self.data)
         for key in OPERATIONAL_KEYS:
             data.get("run", {}).pop(key, None)
+        exchange = data.get("exchange", {})
+        if "options" in exchange:  # addresses and key paths differ between nodes
+            del exchange["options"]
+            if not exchange:
+                del data["exchange"]
         return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
     def to_toml(self) -> str:
@@ -256,9 +284,7 @@ def apply_overrides(data: dict[str, Any], overrides: Iterable[str], source: str)
     return data
 
 
-def validate(
-    data: dict[str, Any], registries: Registries, *, path: Path = Path("recipe.toml")
-) -> Recipe:
+def validate(data: dict[str, Any], registries: Registries, *, path: Path = Path("recipe.toml")) -> Recipe:
     """Validate a recipe's tables; raise :class:`RecipeError` with every problem, one line each."""
     source = str(path)
     errors: list[str] = []
@@ -283,7 +309,16 @@ def validate(
             choices[table] = choice
     transport = fixed["exchange"].transport if "exchange" in fixed else None
     if transport is not None:
-        resolve_choice(registries, "transport", {"use": transport}, "exchange.transport", source, errors)
+        options = fixed["exchange"].options  # type: ignore[attr-defined]
+        resolve_choice(
+            registries,
+            "transport",
+            {"use": transport, **options},
+            "exchange.transport",
+            source,
+            errors,
+            options_path="exchange.options",
+        )
     if errors:
         raise RecipeError(errors)
     return Recipe(
@@ -295,6 +330,25 @@ def validate(
         exchange=fixed["exchange"],  # type: ignore[arg-type]
         choices=choices,
     )
+
+
+def transport_choice(recipe: Recipe, registries: Registries, default: str) -> Choice:
+    """The transport a run uses (``exchange.transport``, else ``default``) with ``[exchange.options]``
+    validated against its ``Options``; problems are ``RecipeError`` lines prefixed ``exchange.options``."""
+    name = recipe.exchange.transport or default
+    errors: list[str] = []
+    choice = resolve_choice(
+        registries,
+        "transport",
+        {"use": name, **recipe.exchange.options},
+        "exchange.transport",
+        str(recipe.path),
+        errors,
+        options_path="exchange.options",
+    )
+    if choice is None:
+        raise RecipeError(errors)
+    return choice
 
 
 def load(path: Path, registries: Registries, overrides: Iterable[str] = ()) -> Recipe:
@@ -348,5 +402,6 @@ __all__ = [
     "dumps_toml",
     "load",
     "read_toml",
+    "transport_choice",
     "validate",
 ]

@@ -12,7 +12,14 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from rich.console import Console, Group
 from rich.live import Live
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 from evogan.hookspecs import hookimpl
@@ -27,6 +34,16 @@ def _number(value: Any, digits: int = 4) -> str:
     if isinstance(value, float):
         return f"{value:.{digits}g}"
     return "-" if value is None else str(value)
+
+
+def _peer_age(record: Mapping[str, Any]) -> str | None:
+    """Seconds since the stalest neighbour was last heard from (multi-process runs report liveness)."""
+    ages = (record.get("timings") or {}).get("liveness")
+    if not ages:
+        return None
+    if any(age is None for age in ages.values()):
+        return "never"
+    return f"{max(ages.values()):.1f}"
 
 
 class TerminalReporter:
@@ -74,13 +91,18 @@ class TerminalReporter:
             self.live.start()
 
     @hookimpl
-    def evogan_generation_end(self, run: RunInfo, cell: int, generation: int, record: Mapping[str, Any]) -> None:
+    def evogan_generation_end(
+        self, run: RunInfo, cell: int, generation: int, record: Mapping[str, Any]
+    ) -> None:
         self.rows[cell] = dict(record)
         if self.mode == "plain":
             sparsity = record.get("sparsity") or {}
             extra = "".join(
                 f" {key}={_number(sparsity[key])}" for key in ("br", "density_d") if key in sparsity
             )
+            age = _peer_age(record)
+            if age is not None:
+                extra += f" peer_age={age}"
             self.console.print(
                 f"generation {generation}/{run.generations} cell {cell}: g_loss={record['g_loss']:.4f} "
                 f"d_loss={record['d_loss']:.4f} lr_g={record['lr_g']:.3g} lr_d={record['lr_d']:.3g} "
@@ -100,8 +122,10 @@ class TerminalReporter:
         if self.mode == "quiet":
             return
         if interrupted:
-            self.console.print("[yellow]stopped early; checkpoints written. Resume with:[/] "
-                               f"evogan run --resume {run.run_dir.path}")
+            self.console.print(
+                "[yellow]stopped early; checkpoints written. Resume with:[/] "
+                f"evogan run --resume {run.run_dir.path}"
+            )
         if summary.get("cells"):
             best = summary["best_cell"]
             metrics = ", ".join(f"{k}={_number(v)}" for k, v in summary["best_mixture"].items())
@@ -115,6 +139,9 @@ class TerminalReporter:
         columns = ["cell", "gen", "G loss", "D loss", "lr G", "lr D", "mixture score", "staleness"]
         if sparse:
             columns[6:6] = ["BR", "density G", "density D", "FLOPs"]
+        liveness = any(_peer_age(row) is not None for row in self.rows.values())
+        if liveness:
+            columns.append("peer age s")
         for column in columns:
             table.add_column(column, justify="right")
         for cell, row in sorted(self.rows.items()):
@@ -139,6 +166,8 @@ class TerminalReporter:
                     _number(sparsity.get("density_d"), 3),
                     _number(sparsity.get("flops_ratio"), 3),
                 ]
+            if liveness:
+                values.append(_peer_age(row) or "-")
             table.add_row(*values)
         return table
 

@@ -182,7 +182,10 @@ class Cell:
             raise MessageRejected("recipe hash differs: nodes run different recipes")
 
     def _adopt(
-        self, peer: int, header: Mapping[str, Any], state: Mapping[str, torch.Tensor],
+        self,
+        peer: int,
+        header: Mapping[str, Any],
+        state: Mapping[str, torch.Tensor],
         masks: Mapping[str, torch.Tensor],
     ) -> None:
         meta = header["meta"]
@@ -364,7 +367,9 @@ class Cell:
         weights = np.array([self.mixture[c] for c in cells], dtype=float)
         weights = weights / weights.sum() if weights.sum() > 0 else np.full(len(cells), 1 / len(cells))
         seed = int(rnd.numpy.integers(2**62))
-        metrics = self.problem.evaluate(networks, weights.tolist(), generator=torch.Generator().manual_seed(seed))
+        metrics = self.problem.evaluate(
+            networks, weights.tolist(), generator=torch.Generator().manual_seed(seed)
+        )
         mixture = self.settings.recipe.mixture
         if mixture.enabled and len(cells) > 1:
             candidate = np.clip(weights + rnd.numpy.normal(0, mixture.sigma, len(cells)), 0, None)
@@ -427,8 +432,9 @@ class Cell:
         generator = torch.Generator().manual_seed(0)  # weights come from the checkpoint
         for role, key in (("generator", "generators"), ("discriminator", "discriminators")):
             individuals = [
-                Individual.from_state(entry, self.problem.create(role, generator=generator),
-                                      self.problem.make_optimizer)
+                Individual.from_state(
+                    entry, self.problem.create(role, generator=generator), self.problem.make_optimizer
+                )
                 for entry in state[key]
             ]
             if self.settings.sparsity is not None:

@@ -14,7 +14,11 @@ def _series(records: list[dict[str, Any]]) -> dict[str, dict[int, list[tuple[int
     series: dict[str, dict[int, list[tuple[int, float]]]] = defaultdict(lambda: defaultdict(list))
     for record in records:
         cell, generation = record["cell"], record["generation"]
-        values = {"g_loss": record["g_loss"], "d_loss": record["d_loss"], "mixture_score": record["mixture_score"]}
+        values = {
+            "g_loss": record["g_loss"],
+            "d_loss": record["d_loss"],
+            "mixture_score": record["mixture_score"],
+        }
         values.update({f"mixture {k}": v for k, v in record.get("mixture_metrics", {}).items()})
         values.update({f"sparsity {k}": v for k, v in record.get("sparsity", {}).items()})
         for name, value in values.items():
@@ -45,7 +49,7 @@ def plot_metrics(run_dir: RunDirectory) -> list[Path]:
         axis.set_title(name, fontsize=10)
         axis.set_xlabel("generation", fontsize=8)
         axis.tick_params(labelsize=8)
-    for axis in list(axes.flat)[len(names):]:
+    for axis in list(axes.flat)[len(names) :]:
         axis.axis("off")
     handles, labels = axes.flat[0].get_legend_handles_labels()
     if len(labels) <= 16:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -100,11 +100,15 @@ class Driver:
         device: torch.device,
         workers: int = 1,
         summarise: bool = True,
+        annotate: Callable[[int], Mapping[str, Any]] | None = None,
     ) -> None:
+        """:param annotate: cell -> extra fields for its timings record (a runtime's observations, such
+        as peer liveness); kept out of metrics.jsonl, which must stay deterministic."""
         self.recipe, self.pm, self.settings, self.topology = recipe, pm, settings, topology
         self.run_dir, self.transport = run_dir, transport
         self.cells = [Cell(i, topology.neighbours(i), settings) for i in cells]
         self.device, self.workers, self.summarise = device, workers, summarise
+        self.annotate = annotate
         self.info: RunInfo | None = None
 
     # -------------------------------------------------------------------------------- start
@@ -145,7 +149,9 @@ class Driver:
         interrupted = False
         last = self.recipe.run.generations
         while any(cell.generation < last for cell in self.cells):
-            for cell in self.cells:
+            # Least advanced first: after a restart cells resume at different generations, and a cell
+            # ahead must not wait for a remote neighbour that itself waits for a cell behind it here.
+            for cell in sorted(self.cells, key=lambda c: c.generation):
                 if cell.generation < last:
                     self.step_cell(cell)
             if stop() and any(cell.generation < last for cell in self.cells):
@@ -169,21 +175,26 @@ class Driver:
         )
         accepted = cell.receive(messages)
         exchange_seconds = time.perf_counter() - started
-        self.pm.hook.evogan_exchange(run=self.info, cell=cell.index, generation=cell.generation + 1,
-                                     received=accepted)
+        self.pm.hook.evogan_exchange(
+            run=self.info, cell=cell.index, generation=cell.generation + 1, received=accepted
+        )
         record, timings = cell.step()
         started = time.perf_counter()
         self.transport.publish(cell.index, cell.message())
         timings["exchange"] = exchange_seconds + time.perf_counter() - started
+        extra = dict(self.annotate(cell.index)) if self.annotate is not None else {}
         self.run_dir.append_metrics(record)
-        self.run_dir.append_timings({"cell": cell.index, "generation": cell.generation, **timings})
+        self.run_dir.append_timings({"cell": cell.index, "generation": cell.generation, **timings, **extra})
         self.run_dir.log(
             cell.index,
             f"generation={cell.generation} g_loss={record['g_loss']:.4f} d_loss={record['d_loss']:.4f} "
             f"lr_g={record['lr_g']:.3g} lr_d={record['lr_d']:.3g} mixture_score={record['mixture_score']:.4f}",
         )
         self.pm.hook.evogan_generation_end(
-            run=self.info, cell=cell.index, generation=cell.generation, record={**record, "timings": timings}
+            run=self.info,
+            cell=cell.index,
+            generation=cell.generation,
+            record={**record, "timings": {**timings, **extra}},
         )
         run = self.recipe.run
         if run.checkpoint_every and cell.generation % run.checkpoint_every == 0:
@@ -200,37 +211,73 @@ class Driver:
         rnd = CellRandom.for_generation(self.recipe.run.seed, cell.index, cell.generation, "evaluation")
         path = self.run_dir.path / "samples" / f"{label}-cell-{cell.index:04d}.png"
         self.settings.problem.save_pictures(
-            networks, weights, path, generator=rnd.torch,
+            networks,
+            weights,
+            path,
+            generator=rnd.torch,
             title=f"cell {cell.index}, generation {cell.generation} (mixture)",
         )
 
     # -------------------------------------------------------------------------------- end
     def finish(self, interrupted: bool) -> dict[str, Any]:
         """Score every cell's best generator and its mixture ensemble on fixed noise; pick the best."""
-        for cell in self.cells:  # mixtures use the neighbours' final models, as `evogan evaluate` does
-            cell.receive(self.transport.gather(cell.index, cell.neighbours, cell.generation,
-                                               max_staleness=0, timeout=self.recipe.exchange.timeout))
-        cells = score_cells(self.cells, self.settings, self.recipe.run.seed)
+        cells = self.score()
         best = min(cells, key=lambda c: cells[c]["mixture_score"])
         self.pictures(self.cells[[c.index for c in self.cells].index(int(best))], "final-best")
-        summary = {
-            "run": self.run_dir.run_id,
-            "recipe": self.recipe.digest,
-            "topology": self.topology.describe(),
-            "generations": max(cell.generation for cell in self.cells),
-            "interrupted": interrupted,
-            "cells": cells,
-            "best_cell": int(best),
-            "best_mixture": cells[best]["mixture"],
-        }
-        extra = problem_summary(self.settings.problem)
-        if extra:
-            summary["problem"] = extra
-        self.run_dir.write_summary(summary)
-        from evogan.engine.plots import plot_metrics
+        return write_summary(
+            self.run_dir,
+            self.recipe,
+            self.topology.describe(),
+            cells,
+            interrupted,
+            problem_summary(self.settings.problem),
+        )
 
-        plot_metrics(self.run_dir)
-        return summary
+    def score(self) -> dict[str, Any]:
+        """Scores of this driver's cells (see :func:`score_cells`), after gathering the final models."""
+        for cell in self.cells:  # mixtures use the neighbours' final models, as `evogan evaluate` does
+            cell.receive(
+                self.transport.gather(
+                    cell.index,
+                    cell.neighbours,
+                    cell.generation,
+                    max_staleness=0,
+                    timeout=self.recipe.exchange.timeout,
+                )
+            )
+        return score_cells(self.cells, self.settings, self.recipe.run.seed)
+
+
+def write_summary(
+    run_dir: RunDirectory,
+    recipe: Recipe,
+    topology: str,
+    cells: Mapping[str, Any],
+    interrupted: bool,
+    problem: Mapping[str, Any],
+) -> dict[str, Any]:
+    """Pick the best mixture among ``cells`` (every cell's scores), write summary.json and the plots.
+
+    Shared by the single-process driver and the launcher that merges its workers' parts.
+    """
+    best = min(cells, key=lambda c: cells[c]["mixture_score"])
+    summary = {
+        "run": run_dir.run_id,
+        "recipe": recipe.digest,
+        "topology": topology,
+        "generations": max(int(scores["generation"]) for scores in cells.values()),
+        "interrupted": interrupted,
+        "cells": dict(cells),
+        "best_cell": int(best),
+        "best_mixture": cells[best]["mixture"],
+    }
+    if problem:
+        summary["problem"] = dict(problem)
+    run_dir.write_summary(summary)
+    from evogan.engine.plots import plot_metrics
+
+    plot_metrics(run_dir)
+    return summary
 
 
 def mixture_of(cell: Cell) -> tuple[list[torch.nn.Module], list[float]]:
@@ -299,4 +346,5 @@ __all__ = [
     "pick_device",
     "score_cells",
     "set_threads",
+    "write_summary",
 ]

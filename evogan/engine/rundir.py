@@ -14,11 +14,13 @@ fsynced and renamed over the old one.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,7 @@ RECIPE_FILE = "recipe.toml"
 METRICS_FILE = "metrics.jsonl"
 TIMINGS_FILE = "timings.jsonl"
 SUMMARY_FILE = "summary.json"
+RECORDS_LOCK = ".records.lock"
 
 
 def atomic_write(path: Path, write: Callable[[Any], None], *, binary: bool = True) -> None:
@@ -97,15 +100,27 @@ class RunDirectory:
         atomic_write(self.recipe_path, lambda f: f.write(text), binary=False)
 
     # -------------------------------------------------------------------------------- records
+    @contextlib.contextmanager
+    def _records_lock(self, exclusive: bool) -> Iterator[None]:
+        """Appends share the lock; a resume's rewrite takes it alone, so no worker's line is written
+        into the file a rewrite is about to replace (several workers share metrics.jsonl)."""
+        fd = os.open(self.path / RECORDS_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            yield
+        finally:
+            os.close(fd)  # closing releases the lock
+
     def _append(self, name: str, record: Mapping[str, Any]) -> None:
         line = json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n"
         try:
-            # One write() per line in append mode: lines from several workers never interleave.
-            fd = os.open(self.path / name, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            try:
-                os.write(fd, line.encode())
-            finally:
-                os.close(fd)
+            with self._records_lock(exclusive=False):
+                # One write() per line in append mode: lines from several workers never interleave.
+                fd = os.open(self.path / name, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                try:
+                    os.write(fd, line.encode())
+                finally:
+                    os.close(fd)
         except OSError as exc:
             raise RunFailure(f"{self.path / name}: cannot write: {exc.strerror}") from None
 
@@ -132,20 +147,25 @@ class RunDirectory:
         return records
 
     def truncate_records(self, keep_upto: Mapping[int, int]) -> None:
-        """On resume, drop records newer than each cell's checkpoint, so the file reads as one run."""
-        for name in (METRICS_FILE, TIMINGS_FILE):
-            path = self.path / name
-            if not path.exists():
-                continue
-            kept = []
-            for line in path.read_text(encoding="utf-8").splitlines():
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError:
+        """On resume, drop records newer than each cell's checkpoint, so the file reads as one run.
+
+        Only the cells in ``keep_upto`` are touched: a worker resumes its own cells while others append.
+        """
+        with self._records_lock(exclusive=True):
+            for name in (METRICS_FILE, TIMINGS_FILE):
+                path = self.path / name
+                if not path.exists():
                     continue
-                if record["generation"] <= keep_upto.get(record["cell"], 0):
-                    kept.append(line + "\n")
-            atomic_write(path, lambda f, kept=kept: f.writelines(kept), binary=False)
+                kept = []
+                for line in path.read_text(encoding="utf-8").splitlines():
+                    try:
+                        record = json.loads(line)
+                    except json.JSONDecodeError:
+                        continue
+                    cell = record["cell"]
+                    if cell not in keep_upto or record["generation"] <= keep_upto[cell]:
+                        kept.append(line + "\n")
+                atomic_write(path, lambda f, kept=kept: f.writelines(kept), binary=False)
 
     # -------------------------------------------------------------------------------- checkpoints
     def checkpoint_path(self, cell: int) -> Path:
@@ -174,9 +194,10 @@ class RunDirectory:
     def has_checkpoints(self) -> bool:
         return any((self.path / "checkpoints").glob("cell-*.pt"))
 
-    def write_summary(self, summary: Mapping[str, Any]) -> None:
+    def write_summary(self, summary: Mapping[str, Any], name: str = SUMMARY_FILE) -> None:
+        """``summary.json``, or a worker's ``summary-part-<rank>.json`` that the launcher merges."""
         text = json.dumps(summary, indent=2, sort_keys=True, default=float)
-        atomic_write(self.path / SUMMARY_FILE, lambda f: f.write(text + "\n"), binary=False)
+        atomic_write(self.path / name, lambda f: f.write(text + "\n"), binary=False)
 
 
 __all__ = ["METRICS_FILE", "RECIPE_FILE", "SUMMARY_FILE", "TIMINGS_FILE", "RunDirectory", "atomic_write"]

@@ -68,7 +68,14 @@ def run_in_process(prepared: PreparedRun, *, stop: Callable[[], bool] = lambda: 
         raise UserError(f"exchange.transport: {transport_name!r} needs run.workers > 1")
     transport = transport_class(transport_class.Options())
     driver = Driver(
-        recipe, prepared.pm, settings, topology, prepared.run_dir, transport, range(topology.cells), device=device
+        recipe,
+        prepared.pm,
+        settings,
+        topology,
+        prepared.run_dir,
+        transport,
+        range(topology.cells),
+        device=device,
     )
     try:
         return driver.run(resume=prepared.resume, stop=stop)

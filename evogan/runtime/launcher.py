@@ -1,0 +1,319 @@
+"""``evogan run --workers N``: N worker processes on this machine under torch's elastic agent.
+
+The agent (``elastic_launch``, c10d rendezvous on a free loopback port, ``max_restarts`` from the
+recipe) runs in a background thread and starts ``python -m evogan.worker --run-dir DIR`` N times: the
+same command torchrun starts on each node of a multi-machine run. The workers read the recipe from the
+run directory and build their own plugins; nothing pickled crosses over.
+
+This process stays the reporter: it tails ``metrics.jsonl`` and ``timings.jsonl`` and fires the
+lifecycle hooks of the plugins that only live here (the terminal reporter), so the live view shows the
+workers' progress; at the end it reads the summary rank 0 wrote. Ctrl-C writes a ``STOP`` file naming a
+generation every worker stops at (after checkpointing); a second Ctrl-C kills the workers by pid.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import torch
+from rich.console import Console
+
+from evogan import recipe as recipes
+from evogan.engine.run import RunInfo, build_topology
+from evogan.engine.rundir import METRICS_FILE, SUMMARY_FILE, TIMINGS_FILE, RunDirectory, atomic_write
+from evogan.errors import RunFailure, UserError
+from evogan.plugins import BLOCK_ENV, make_plugin_manager
+from evogan.runtime.single import PreparedRun
+from evogan.runtime.worker import (
+    DEFAULT_TRANSPORT,
+    STOP_FILE,
+    cells_of,
+    check_devices,
+    error_path,
+    pid_path,
+)
+
+PORT_ENV = "EVOGAN_RDZV_PORT"  # a fixed rendezvous port (default: a free one)
+LIFECYCLE_HOOKS = ("evogan_run_start", "evogan_generation_end", "evogan_run_end")
+
+
+# ------------------------------------------------------------------------------------ checks
+def rendezvous_endpoint() -> str:
+    """``127.0.0.1:PORT``: a free port, or ``$EVOGAN_RDZV_PORT`` after checking nobody holds it."""
+    wanted = os.environ.get(PORT_ENV, "")
+    if wanted and not wanted.isdigit():
+        raise UserError(f"{PORT_ENV}={wanted!r}: expected a port number")
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind(("127.0.0.1", int(wanted or 0)))
+        except OSError as exc:
+            raise UserError(
+                f"rendezvous port 127.0.0.1:{wanted} is not free ({exc.strerror}); pick another with {PORT_ENV}"
+            ) from None
+        return f"127.0.0.1:{probe.getsockname()[1]}"
+
+
+def check_launch(prepared: PreparedRun) -> int:
+    """Everything that can be refused before a process starts; returns the cell count."""
+    recipe = prepared.recipe
+    cells = build_topology(recipe).cells
+    cells_of(0, recipe.run.workers, cells)
+    check_devices(recipe.run.device, recipe.run.workers)
+    choice = recipes.transport_choice(recipe, prepared.registries, DEFAULT_TRANSPORT)
+    if not all(hasattr(choice.component, name) for name in ("bind", "connect", "wait_ready")):
+        raise UserError(f"exchange.transport: {choice.name!r} cannot connect worker processes (run.workers > 1)")
+    return cells
+
+
+# ------------------------------------------------------------------------------------ tailing
+class Tail:
+    """New complete lines of metrics.jsonl joined with their timings lines, each (cell, generation)
+    once. Follows the file across a resume's atomic rewrite (a new inode)."""
+
+    def __init__(self, run_dir: RunDirectory) -> None:
+        self.run_dir = run_dir
+        self.offsets: dict[str, tuple[int, int]] = {}  # name -> (inode, offset)
+        self.timings: dict[tuple[int, int], dict[str, Any]] = {}
+        self.pending: list[dict[str, Any]] = []
+        self.seen: set[tuple[int, int]] = set()
+        self.highest = 0
+
+    def skip_existing(self) -> None:
+        for record in self._read(METRICS_FILE):
+            self.seen.add((record["cell"], record["generation"]))
+        self._read(TIMINGS_FILE)
+
+    def _read(self, name: str) -> list[dict[str, Any]]:
+        path = self.run_dir.path / name
+        try:
+            with open(path, "rb") as handle:
+                inode = os.fstat(handle.fileno()).st_ino
+                known, offset = self.offsets.get(name, (inode, 0))
+                if known != inode or os.fstat(handle.fileno()).st_size < offset:
+                    offset = 0
+                handle.seek(offset)
+                data = handle.read()
+        except FileNotFoundError:
+            return []
+        end = data.rfind(b"\n") + 1  # a line still being written waits for the next poll
+        self.offsets[name] = (inode, offset + end)
+        records = []
+        for line in data[:end].splitlines():
+            with contextlib.suppress(ValueError):
+                records.append(json.loads(line))
+        return records
+
+    def poll(self, final: bool = False) -> list[dict[str, Any]]:
+        for timing in self._read(TIMINGS_FILE):
+            self.timings[(timing["cell"], timing["generation"])] = timing
+        self.pending += self._read(METRICS_FILE)
+        ready, waiting = [], []
+        for record in self.pending:
+            key = (record["cell"], record["generation"])
+            if key in self.timings or final:
+                timing = {k: v for k, v in self.timings.pop(key, {}).items() if k not in ("cell", "generation")}
+                if key not in self.seen:
+                    self.seen.add(key)
+                    self.highest = max(self.highest, key[1])
+                    ready.append({**record, "timings": timing})
+            else:
+                waiting.append(record)
+        self.pending = waiting
+        return ready
+
+
+# ------------------------------------------------------------------------------------ launching
+@contextlib.contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _start_generation(run_dir: RunDirectory, cells: int) -> int:
+    generations = []
+    for cell in range(cells):
+        path = run_dir.checkpoint_path(cell)
+        if not path.exists():
+            return 0
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        generations.append(int(state["generation"]))
+    return min(generations, default=0)
+
+
+def _worker_failure(run_dir: RunDirectory, workers: int, cells: int, cause: BaseException) -> Exception:
+    """One line naming the failed worker(s) and their own error line, if they wrote one."""
+    lines, codes = [], []
+    for rank in range(workers):
+        path = error_path(run_dir.path, rank)
+        if path.exists():
+            code, _, message = path.read_text(encoding="utf-8").strip().partition(" ")
+            block = cells_of(rank, workers, cells)
+            lines.append(f"worker {rank} (cells {block.start}-{block.stop - 1}): {message}")
+            codes.append(int(code) if code.isdigit() else 1)
+    if not lines:
+        first = str(cause).strip().splitlines()
+        detail = next((line for line in first if "exitcode" in line or "error" in line.lower()), "")
+        lines.append(
+            f"a worker failed and max_restarts was exhausted {detail}".strip()
+            + f"; worker output in {run_dir.path / 'logs'}/worker-*.out"
+        )
+    text = "; ".join(lines)
+    return UserError(text) if codes and all(code == 2 for code in codes) else RunFailure(text)
+
+
+def _write_order(run_dir: RunDirectory, order: dict[str, Any]) -> None:
+    text = json.dumps(order)
+    atomic_write(run_dir.path / STOP_FILE, lambda f: f.write(text), binary=False)
+
+
+def _kill_workers(run_dir: RunDirectory, workers: int) -> None:
+    """SIGKILL our own worker children, by the pids they wrote (checked to be our children)."""
+    for rank in range(workers):
+        try:
+            pid = int(pid_path(run_dir.path, rank).read_text().strip())
+            with open(f"/proc/{pid}/stat", encoding="utf-8") as handle:
+                parent = int(handle.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if parent == os.getpid():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def launch(
+    prepared: PreparedRun,
+    *,
+    stop: Callable[[], bool] = lambda: False,
+    console: Console | None = None,
+    quiet: bool = False,
+    blocked: Sequence[str] = (),
+    poll: float = 0.2,
+) -> dict[str, Any]:
+    """Run the workers to the end; return the summary (rank 0 wrote it). ``console``/``quiet`` are
+    accepted for the CLI's call; the view itself is the plugin manager's reporter."""
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    recipe, run_dir, pm = prepared.recipe, prepared.run_dir, prepared.pm
+    workers = recipe.run.workers
+    cells = check_launch(prepared)
+    endpoint = rendezvous_endpoint()
+    run_id = f"evogan-{uuid.uuid4().hex[:12]}"
+    stale = (
+        run_dir.path / STOP_FILE,
+        run_dir.path / SUMMARY_FILE,
+        *(error_path(run_dir.path, r) for r in range(workers)),
+    )
+    for path in stale:
+        path.unlink(missing_ok=True)
+    (run_dir.path / "logs").mkdir(exist_ok=True)
+
+    fresh = make_plugin_manager(blocked=blocked)  # what the workers load: their hooks fire there
+    shared = [p for p in pm.get_plugins() if pm.get_name(p) in {fresh.get_name(q) for q in fresh.get_plugins()}]
+    hooks = {name: pm.subset_hook_caller(name, remove_plugins=shared) for name in LIFECYCLE_HOOKS}
+    info = RunInfo(
+        recipe=recipe,
+        run_dir=run_dir,
+        topology=build_topology(recipe).describe(),
+        cells=cells,
+        local_cells=tuple(range(cells)),
+        generations=recipe.run.generations,
+        start_generation=_start_generation(run_dir, cells) if prepared.resume else 0,
+        device=recipe.run.device,
+        workers=workers,
+    )
+    config = LaunchConfig(
+        min_nodes=1,
+        max_nodes=1,
+        nproc_per_node=workers,
+        run_id=run_id,
+        role="evogan",
+        rdzv_backend="c10d",
+        rdzv_endpoint=endpoint,
+        rdzv_configs={"join_timeout": 60},
+        rdzv_timeout=120,
+        max_restarts=recipe.run.max_restarts,
+        monitor_interval=0.1,
+        start_method="spawn",
+        shutdown_timeout=5,
+        # Workers redirect their own output to logs/worker-<rank>.out (torch's redirect leaks file handles).
+        logs_specs=DefaultLogsSpecs(log_dir=str(run_dir.path / "logs" / "elastic")),
+    )
+    args = ["-u", "-m", "evogan.worker", "--run-dir", str(run_dir.path)]
+    for name in blocked:
+        args += ["--disable-plugin", name]
+    outcome: dict[str, BaseException | None] = {"error": None}
+
+    def agent() -> None:
+        try:
+            elastic_launch(config, sys.executable)(*args)
+        except BaseException as exc:  # reported by the main thread
+            outcome["error"] = exc
+
+    environment = {
+        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",  # restarts break without it (pytorch#135712)
+        "EVOGAN_LAUNCHER": "1",
+        BLOCK_ENV: ",".join(filter(None, [os.environ.get(BLOCK_ENV, ""), *blocked])),
+    }
+    tail = Tail(run_dir)
+    tail.skip_existing()
+    hooks["evogan_run_start"](run=info)
+    elastic_log = logging.getLogger("torch.distributed.elastic")
+    level = elastic_log.level
+    elastic_log.setLevel(logging.CRITICAL)  # the agent's chatter would break the live view; we report
+    stop_sent = False
+    try:
+        with _environment(environment):
+            thread = threading.Thread(target=agent, name="evogan-elastic-agent", daemon=True)
+            thread.start()
+            while thread.is_alive():
+                thread.join(poll)
+                for record in tail.poll():
+                    hooks["evogan_generation_end"](
+                        run=info, cell=record["cell"], generation=record["generation"], record=record
+                    )
+                if not stop_sent and stop():
+                    order = {"run_id": run_id, "generation": min(tail.highest + 1, recipe.run.generations)}
+                    _write_order(run_dir, order)
+                    stop_sent = True
+    except KeyboardInterrupt:
+        _write_order(run_dir, {"run_id": run_id, "abort": True})
+        _kill_workers(run_dir, workers)
+        hooks["evogan_run_end"](run=info, summary={}, interrupted=True)
+        raise
+    finally:
+        elastic_log.setLevel(level)
+    for record in tail.poll(final=True):
+        hooks["evogan_generation_end"](run=info, cell=record["cell"], generation=record["generation"], record=record)
+    error = outcome["error"]
+    if error is not None:
+        hooks["evogan_run_end"](run=info, summary={}, interrupted=True)
+        raise _worker_failure(run_dir, workers, cells, error)
+    (run_dir.path / STOP_FILE).unlink(missing_ok=True)
+    try:
+        summary = json.loads((run_dir.path / SUMMARY_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        raise RunFailure(f"{run_dir.path / SUMMARY_FILE}: the workers ended without a summary") from None
+    hooks["evogan_run_end"](run=info, summary=summary, interrupted=bool(summary.get("interrupted")))
+    return summary
+
+
+__all__ = ["PORT_ENV", "Tail", "check_launch", "launch", "rendezvous_endpoint"]

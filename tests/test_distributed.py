@@ -1,0 +1,368 @@
+"""Worker processes under torch elastic: placement, control plane, lockstep equality, faults, security,
+two agents forming one run, and bad input. Launching tests are ``slow`` (tens of seconds each)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from rich.console import Console
+
+from evogan.builtin.reporter import TerminalReporter
+from evogan.engine.rundir import RunDirectory
+from evogan.errors import RecipeError, RunFailure, UserError
+from evogan.plugins import make_plugin_manager
+from evogan.recipe import load as load_recipe
+from evogan.registry import Registries
+from evogan.runtime import launcher
+from evogan.runtime.launcher import PORT_ENV, Tail, launch
+from evogan.runtime.single import prepare, run_in_process
+from evogan.runtime.worker import (
+    Fault,
+    Guarded,
+    _rows,
+    _text,
+    cells_of,
+    owner_of,
+)
+from evogan.transport import envelope
+
+ROOT = Path(__file__).resolve().parents[1]
+PY = str(Path(sys.executable))
+pytestmark = pytest.mark.timeout(240)
+
+
+def records(run_dir: Path) -> list[dict[str, Any]]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return sorted((json.loads(line) for line in lines), key=lambda r: (r["generation"], r["cell"]))
+
+
+def timings(run_dir: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (run_dir / "timings.jsonl").read_text().splitlines()]
+
+
+def launched(
+    path: Path, *overrides: str, stop: Callable[[], bool] = lambda: False, resume: Path | None = None
+) -> tuple[Path, dict[str, Any]]:
+    prepared = prepare(None if resume else path, resume_dir=resume, overrides=["run.workers=2", *overrides])
+    summary = launch(prepared, stop=stop)
+    return prepared.run_dir.path, summary
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+# ------------------------------------------------------------------------------------------ fast
+@pytest.mark.parametrize(("cells", "world"), [(4, 1), (4, 2), (9, 2), (9, 4), (5, 5)])
+def test_cells_are_spread_in_contiguous_blocks(cells: int, world: int) -> None:
+    blocks = [list(cells_of(rank, world, cells)) for rank in range(world)]
+    assert [c for block in blocks for c in block] == list(range(cells))
+    assert max(map(len, blocks)) - min(map(len, blocks)) <= 1
+    assert all(owner_of(c, world, cells) == r for r, block in enumerate(blocks) for c in block)
+
+
+def test_more_workers_than_cells_is_refused() -> None:
+    with pytest.raises(UserError, match="5 workers for 4 cells"):
+        cells_of(0, 5, 4)
+
+
+def test_fault_spec() -> None:
+    assert Fault.parse("3:2:kill") == Fault(3, 2, "kill", 5.0)
+    assert Fault.parse("1:4:stop:2.5") == Fault(1, 4, "stop", 2.5)
+    for bad in ("1:2", "a:2:kill", "1:2:explode", "1:2:stop:x"):
+        with pytest.raises(UserError, match="EVOGAN_FAULT"):
+            Fault.parse(bad)
+
+
+def test_endpoint_rows_round_trip_without_pickle() -> None:
+    texts = ["tcp://127.0.0.1:5555", "", "ipc:///tmp/é"]
+    rows = _rows(texts)
+    assert rows.dtype == torch.uint8 and rows.shape[0] == 3
+    assert [_text(row) for row in rows] == texts
+    with pytest.raises(UserError, match="longer than"):
+        _rows(["x" * 600])
+
+
+def test_truncation_touches_only_the_given_cells_while_others_append(tmp_path: Path) -> None:
+    run_dir = RunDirectory(tmp_path)
+    for generation in (1, 2, 3):
+        for cell in (0, 1):
+            run_dir.append_metrics({"cell": cell, "generation": generation})
+    stop = threading.Event()
+
+    def append() -> None:  # another worker keeps appending its own cell's records meanwhile
+        generation = 10
+        while not stop.is_set():
+            run_dir.append_metrics({"cell": 1, "generation": generation})
+            generation += 1
+
+    thread = threading.Thread(target=append)
+    thread.start()
+    try:
+        for _ in range(30):
+            run_dir.truncate_records({0: 1})
+    finally:
+        stop.set()
+        thread.join()
+    kept = run_dir.read_metrics()
+    assert [r["generation"] for r in kept if r["cell"] == 0] == [1]
+    ones = [r["generation"] for r in kept if r["cell"] == 1]
+    assert ones[:3] == [1, 2, 3] and ones[3:] == list(range(10, 10 + len(ones) - 3))  # none lost
+
+
+def test_exchange_options_are_validated_and_not_hashed(tiny_recipe) -> None:
+    registries = Registries.from_plugin_manager(make_plugin_manager())
+    path = tiny_recipe()
+    plain = load_recipe(path, registries)
+    bound = load_recipe(path, registries, ['exchange.transport="zmq"', 'exchange.options.bind="0.0.0.0"'])
+    assert bound.exchange.options == {"bind": "0.0.0.0"}
+    assert load_recipe(path, registries, ['exchange.options.bind="10.0.0.1"']).digest == plain.digest
+    with pytest.raises(RecipeError, match=r"exchange\.options\.nonsense: unknown key"):
+        load_recipe(path, registries, ['exchange.transport="zmq"', "exchange.options.nonsense=1"])
+    with pytest.raises(RecipeError, match=r"exchange\.options\.hwm: must be >= 1"):
+        launcher.check_launch(prepare(path, overrides=["run.workers=2", "exchange.options.hwm=0"]))
+
+
+def test_launch_refuses_bad_setups_before_starting_anything(tiny_recipe, monkeypatch) -> None:
+    path = tiny_recipe()
+    with pytest.raises(UserError, match="5 workers for 4 cells"):
+        launcher.check_launch(prepare(path, overrides=["run.workers=5"]))
+    with pytest.raises(UserError, match="cannot connect worker processes"):
+        launcher.check_launch(prepare(path, overrides=["run.workers=2", 'exchange.transport="inproc"']))
+    if torch.cuda.device_count() < 64:
+        with pytest.raises(UserError, match=r"run\.device"):
+            launcher.check_launch(
+                prepare(path, overrides=["run.workers=64", 'run.device="cuda"', "topology.rows=8", "topology.cols=8"])
+            )
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        monkeypatch.setenv(PORT_ENV, str(busy.getsockname()[1]))
+        with pytest.raises(UserError, match=r"rendezvous port .* is not free"):
+            launcher.rendezvous_endpoint()
+
+
+def test_tail_joins_timings_and_follows_a_rewrite(tmp_path: Path) -> None:
+    run_dir = RunDirectory(tmp_path)
+    tail = Tail(run_dir)
+    run_dir.append_metrics({"cell": 0, "generation": 1, "g_loss": 1.0})
+    assert tail.poll() == []  # waits for the timings line
+    run_dir.append_timings({"cell": 0, "generation": 1, "training": 0.5, "liveness": {"1": 0.2}})
+    (got,) = tail.poll()
+    assert got["timings"] == {"training": 0.5, "liveness": {"1": 0.2}}
+    run_dir.append_metrics({"cell": 0, "generation": 2, "g_loss": 1.0})
+    run_dir.truncate_records({0: 2})  # a resume rewrites the file (new inode)
+    run_dir.append_timings({"cell": 0, "generation": 2})
+    assert [r["generation"] for r in tail.poll()] == [2]
+    run_dir.append_metrics({"cell": 1, "generation": 1})
+    assert [r["cell"] for r in tail.poll(final=True)] == [1]
+
+
+def test_guard_names_a_neighbour_running_another_recipe() -> None:
+    class Inner:
+        options = None
+
+        def __init__(self, digest: str) -> None:
+            self.frames = envelope.encode({"w": torch.zeros(2)}, run="r", cell=1, generation=0, meta={"recipe": digest})
+
+        def gather(self, cell: int, peers: Any, generation: int, **_: Any) -> dict[int, Any]:
+            return {1: self.frames}
+
+    assert 1 in Guarded(Inner("abc"), "abc").gather(0, [1], 0, max_staleness=0, timeout=1)
+    with pytest.raises(RunFailure, match=r"neighbour cell 1 runs recipe def.*recipe hash differs"):
+        Guarded(Inner("def"), "abc").gather(0, [1], 0, max_staleness=0, timeout=1)
+
+
+def test_reporter_shows_peer_age_when_present() -> None:
+    console = Console(record=True, width=200)
+    reporter = TerminalReporter(console, "plain")
+    record = {
+        "g_loss": 1.0,
+        "d_loss": 1.0,
+        "lr_g": 1e-3,
+        "lr_d": 1e-3,
+        "mixture_score": 0.5,
+        "generation": 1,
+        "timings": {"liveness": {"1": 0.25, "2": 1.5}},
+    }
+
+    class Run:
+        generations = 2
+
+    reporter.evogan_generation_end(run=Run(), cell=0, generation=1, record=record)  # type: ignore[arg-type]
+    assert "peer_age=1.5" in console.export_text()
+    table_console = Console(record=True, width=200)
+    table_console.print(reporter.table())
+    assert "peer age s" in table_console.export_text()
+
+
+# ------------------------------------------------------------------------------------------ slow
+@pytest.mark.slow
+def test_lockstep_workers_match_the_single_process_run_exactly(tiny_recipe) -> None:
+    path = tiny_recipe(seed=7, generations=3)
+    reference = prepare(path)
+    run_in_process(reference)
+    run_dir, summary = launched(path)
+    assert records(run_dir) == records(reference.run_dir.path)
+    single = json.loads((reference.run_dir.path / "summary.json").read_text())
+    assert summary["cells"] == single["cells"] and summary["best_cell"] == single["best_cell"]
+    assert (run_dir / "plots" / "metrics.png").exists()
+    assert len(list((run_dir / "samples").glob("final-best-cell-*.png"))) == 1
+    neighbours = {0: {"1", "2"}, 1: {"0", "3"}, 2: {"0", "3"}, 3: {"1", "2"}}
+    assert all(set(t["liveness"]) == neighbours[t["cell"]] for t in timings(run_dir))
+
+
+@pytest.mark.slow
+def test_interrupt_stops_every_worker_at_one_generation_and_resume_completes(tiny_recipe) -> None:
+    path = tiny_recipe(seed=4, generations=5)
+    reference = prepare(path)
+    run_in_process(reference)
+    marker: dict[str, Path] = {}
+
+    def stop() -> bool:  # "Ctrl-C" once the first generation is on disk
+        found = list((path.parent / "runs").glob("*/metrics.jsonl"))
+        return any(p.parent != reference.run_dir.path and p.stat().st_size for p in found)
+
+    run_dir, summary = launched(path, stop=stop)
+    marker["dir"] = run_dir
+    assert summary["interrupted"] is True
+    stopped = {
+        torch.load(run_dir / "checkpoints" / f"cell-{c:04d}.pt", weights_only=True)["generation"] for c in range(4)
+    }
+    assert len(stopped) == 1 and stopped.pop() < 5
+    _, resumed = launched(path, resume=run_dir)
+    assert resumed["interrupted"] is False and resumed["generations"] == 5
+    assert records(run_dir) == records(reference.run_dir.path)
+
+
+@pytest.mark.slow
+def test_sigkill_restarts_the_group_and_every_cell_resumes(tiny_recipe, monkeypatch) -> None:
+    monkeypatch.setenv("EVOGAN_FAULT", "1:2:kill")
+    run_dir, summary = launched(tiny_recipe(seed=2, generations=4), "run.max_restarts=1")
+    pairs = [(r["cell"], r["generation"]) for r in records(run_dir)]
+    assert sorted(pairs) == sorted({(c, g) for c in range(4) for g in range(1, 5)})  # each exactly once
+    assert summary["generations"] == 4 and not summary["interrupted"]
+    starts = "".join(p.read_text() for p in (run_dir / "logs").glob("worker-*.out"))
+    assert starts.count("restart 0 ") == 2 and starts.count("restart 1 ") == 2
+    incarnations = [
+        torch.load(run_dir / "checkpoints" / f"cell-{c:04d}.pt", weights_only=True)["incarnation"] for c in range(4)
+    ]
+    assert all(i >= 1 for i in incarnations)  # every cell was loaded from its checkpoint
+
+
+@pytest.mark.slow
+def test_sigstop_neighbours_train_on_stale_models(tiny_recipe, monkeypatch) -> None:
+    monkeypatch.setenv("EVOGAN_FAULT", "2:2:stop:4")
+    run_dir, summary = launched(
+        tiny_recipe(seed=3, generations=8), "exchange.max_staleness=1", "exchange.timeout=0.5", "run.max_restarts=0"
+    )
+    assert summary["generations"] == 8
+    got = records(run_dir)
+    assert len(got) == 32
+    stale = [
+        (r["cell"], r["generation"], r["exchange"])
+        for r in got
+        if r["cell"] in (0, 1) and any(g < r["generation"] - 2 for g in r["exchange"].values())
+    ]
+    assert stale, "no neighbour of the stopped worker used a stale model"
+    assert max(a or 0 for t in timings(run_dir) for a in t["liveness"].values()) > 2.0
+
+
+@pytest.mark.slow
+def test_a_worker_that_never_comes_up_fails_the_barrier_naming_its_cells(tiny_recipe, monkeypatch) -> None:
+    monkeypatch.setenv("EVOGAN_FAULT", "3:0:stop:8")
+    with pytest.raises(RunFailure, match=r"transport barrier failed.*cells \[2"):
+        launched(tiny_recipe(generations=2), "run.max_restarts=0", "exchange.options.barrier_timeout=3")
+
+
+@pytest.mark.slow
+def test_curve_keys_run(tiny_recipe, tmp_path: Path) -> None:
+    from evogan.transport.curve import generate_keys
+
+    keys = generate_keys(tmp_path / "keys")
+    run_dir, summary = launched(tiny_recipe(generations=2), f'exchange.options.curve_dir="{keys}"')
+    assert summary["generations"] == 2 and len(records(run_dir)) == 8
+
+
+def torchrun(recipe: Path, run_dir: Path, port: int, rdzv_id: str, *extra: str) -> subprocess.Popen[str]:
+    command = [
+        PY,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes",
+        "2",
+        "--nproc-per-node",
+        "1",
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        f"127.0.0.1:{port}",
+        "--rdzv-id",
+        rdzv_id,
+        "--max-restarts",
+        "0",
+        *extra,
+        "-m",
+        "evogan.worker",
+        str(recipe),
+        "--run-dir",
+        str(run_dir),
+    ]
+    env = {**os.environ, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+    return subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
+
+
+def finish(processes: list[subprocess.Popen[str]], timeout: float = 150) -> list[tuple[int, str]]:
+    out = []
+    try:
+        for process in processes:
+            text, _ = process.communicate(timeout=timeout)
+            out.append((process.returncode, text))
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+    return out
+
+
+@pytest.mark.slow
+def test_two_agents_on_loopback_form_one_run(tiny_recipe, tmp_path: Path) -> None:
+    recipe, run_dir, port = tiny_recipe(generations=2), tmp_path / "shared-run", free_port()
+    results = finish([torchrun(recipe, run_dir, port, "two-nodes") for _ in range(2)])
+    assert [code for code, _ in results] == [0, 0], results
+    assert len(records(run_dir)) == 8
+    assert json.loads((run_dir / "summary.json").read_text())["generations"] == 2
+
+
+@pytest.mark.slow
+def test_nodes_with_different_recipes_refuse_to_run(tiny_recipe, tmp_path: Path) -> None:
+    run_dir, port = tmp_path / "mixed", free_port()
+    results = finish(
+        [torchrun(tiny_recipe(seed=1), run_dir, port, "mixed"), torchrun(tiny_recipe(seed=2), run_dir, port, "mixed")]
+    )
+    assert all(code != 0 for code, _ in results)
+    assert "every node must use the same --run-dir name and recipe" in "".join(text for _, text in results)
+
+
+@pytest.mark.slow
+def test_unreachable_rendezvous_exits_instead_of_hanging(tiny_recipe, tmp_path: Path) -> None:
+    ((code, text),) = finish(
+        [torchrun(tiny_recipe(), tmp_path / "alone", free_port(), "alone", "--rdzv-conf", "join_timeout=5")], timeout=90
+    )
+    assert code != 0 and "RendezvousTimeoutError" in text
