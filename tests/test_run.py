@@ -33,7 +33,9 @@ def test_run_directory_holds_everything(tiny_recipe) -> None:
     run_dir = run(tiny_recipe(generations=2), "run.samples_every=1")
     records = metrics(run_dir)
     assert [(r["generation"], r["cell"]) for r in records] == [(g, c) for g in (1, 2) for c in range(4)]
-    assert {"g_loss", "d_loss", "lr_g", "lr_d", "mixture", "mixture_score", "mixture_metrics"} <= set(records[0])
+    assert {"g_loss", "d_loss", "lr_g", "lr_d", "mixture", "mixture_score", "mixture_metrics"} <= set(
+        records[0]
+    )
     assert records[0]["exchange"] == {"1": 0, "2": 0}  # 2x2 torus: cell 0 pulls from cells 1 and 2
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["generations"] == 2 and set(summary["cells"]) == {"0", "1", "2", "3"}
@@ -84,7 +86,9 @@ def test_resume_truncates_records_newer_than_the_checkpoint(tiny_recipe) -> None
     rd = RunDirectory(run_dir)
     partial = run(path, "run.checkpoint_every=2", "run.generations=2")
     for cell in range(4):
-        rd.save_checkpoint(cell, torch.load(partial / "checkpoints" / f"cell-{cell:04d}.pt", weights_only=True))
+        rd.save_checkpoint(
+            cell, torch.load(partial / "checkpoints" / f"cell-{cell:04d}.pt", weights_only=True)
+        )
     run_in_process(prepare(None, resume_dir=run_dir, overrides=["run.generations=4"]))
     assert metrics(run_dir) == metrics(straight)
 

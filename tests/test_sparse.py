@@ -212,6 +212,28 @@ def test_pruned_weights_and_adam_moments_stay_zero() -> None:
         assert masks.overall_density(ind.sparse["masks"]) == pytest.approx(0.2, abs=1 / 64)
 
 
+def test_apply_masks_follows_replaced_and_edited_masks() -> None:
+    # apply_masks caches a 0/1 multiplier per mask: a new mask, or one edited in place, must take effect.
+    net = nn.Linear(8, 8)
+    opt = torch.optim.Adam(net.parameters(), lr=1e-2)
+    net(torch.randn(2, 8)).sum().backward()
+    opt.step()
+    params = {"weight": net.weight}
+    first = {"weight": torch.rand(8, 8, generator=rng(0)) < 0.5}
+    masks.apply_masks(params, first, opt)
+    assert torch.all(net.weight[~first["weight"]] == 0) and torch.all(net.weight[first["weight"]] != 0)
+    assert torch.all(opt.state[net.weight]["exp_avg"][~first["weight"]] == 0)
+    with torch.no_grad():
+        net.weight.fill_(1.0)
+    first["weight"][:4] = False  # edited in place
+    masks.apply_masks(params, first, opt)
+    assert torch.all(net.weight[:4] == 0) and torch.equal(net.weight[4:] != 0, first["weight"][4:])
+    with torch.no_grad():
+        net.weight.fill_(1.0)
+    masks.apply_masks(params, {"weight": torch.ones(8, 8, dtype=torch.bool)}, opt)  # a new mask
+    assert torch.all(net.weight == 1.0)
+
+
 @pytest.mark.parametrize("cls", [builtin.Set, builtin.RigL])
 def test_dynamic_generator_mask_changes_at_the_interval(cls: type) -> None:
     controller = make(cls, density_g=0.3, g_interval=5, total_steps=20)
@@ -325,6 +347,22 @@ def test_adapt_strict_does_dst_at_the_cap() -> None:
     assert d2.sparse["mask_updates"] == 0  # relax at its cap: nothing
 
 
+def test_adapt_strict_d_schedule_counts_generator_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    # n_critic 5: D has taken 5x the G steps; the D drop fraction must follow the run's G-step horizon.
+    controller, _, d = adapt_pair(builtin.AdaptStrict, 0.5, total_steps=1000, d_drop_fraction=0.4)
+    d.sparse.update(steps=5000, g_steps=500)
+    seen: list[tuple[int, int]] = []
+    real = dst.cosine_fraction
+
+    def spy(step: int, total: int, start: float = 0.5, end: float = 0.005) -> float:
+        seen.append((step, total))
+        return real(step, total, start, end)
+
+    monkeypatch.setattr(dst, "cosine_fraction", spy)
+    decide(controller, d, 0.9)  # at the cap and too weak: one D DST step
+    assert seen == [(500, 1000)] and d.sparse["mask_updates"] == 1
+
+
 def test_adapt_end_to_end_flags_and_decides_on_the_d_step() -> None:
     controller, g, d = adapt_pair(builtin.AdaptRelax, 0.3)
     train(controller, g, d, steps=8)
@@ -352,6 +390,8 @@ def test_flops_of_a_toy_linear_network_match_a_hand_count() -> None:
     assert counted.forward() == 58.0
     assert counted.forward({"0.weight": 0.5, "2.weight": 0.25}) == 16 + 4 + 10
     assert flops.training_step_cost(58.0, 10.0, batch=4) == 4 * (3 * 58 + 10)
+    assert flops.generator_step_cost(58.0, 10.0, batch=4) == 4 * (3 * 58 + 2 * 10)  # grads pass through D
+    assert flops.discriminator_step_cost(10.0, 58.0, batch=4) == 4 * (2 * 3 * 10 + 58)  # real + fake
 
 
 def test_flops_of_conv_and_conv_transpose() -> None:
@@ -376,7 +416,8 @@ def test_flops_fraction_equals_density_for_a_single_linear_layer() -> None:
         controller.after_discriminator_step(d)
     metrics = controller.metrics(g, d)
     assert metrics["flops_ratio"] == pytest.approx(0.3)
-    assert metrics["flops_dense"] == pytest.approx(3 * 2 * 5 * (3 * 100 + 100))
+    # per iteration: G step 5 x (3 x 100 + 2 x 100), D step 5 x (6 x 100 + 100) (real and fake batches)
+    assert metrics["flops_dense"] == pytest.approx(3 * 5 * ((3 * 100 + 2 * 100) + (6 * 100 + 100)))
     assert metrics["flops_br"] == 0.0 and "br" not in metrics
 
 

@@ -23,7 +23,6 @@ from pydantic import Field, model_validator
 
 from evogan.api import GeneratorStep, Options, Problem, SparsityController
 from evogan.sparse import balance, dst, flops
-from evogan.sparse.state import validate_sparse_state
 from evogan.sparse.masks import (
     DEFAULT_KEEP_DENSE,
     apply_masks,
@@ -34,7 +33,7 @@ from evogan.sparse.masks import (
     random_masks,
     total_count,
 )
-from evogan.sparse.state import FORMAT, masks_of
+from evogan.sparse.state import FORMAT, masks_of, validate_sparse_state
 
 if TYPE_CHECKING:
     from evogan.engine.population import Individual
@@ -85,7 +84,8 @@ class DstOptions(StaticOptions):
         10_000,
         gt=0,
         description="Horizon of the cosine drop-fraction schedule in the individual's own steps (the paper: "
-        "the whole run, 100k); set it to about generations x batches per generation. Constant after it.",
+        "the whole run, 100k); set it to about generations x G steps per generation (batches / critic_steps). "
+        "Constant after it.",
     )
 
     @model_validator(mode="after")
@@ -130,7 +130,8 @@ class AdaptStrictOptions(AdaptOptions):
         0.5,
         gt=0,
         le=1,
-        description="D DST drop fraction at D step 0 (cosine to drop_fraction_end over total_steps).",
+        description="D DST drop fraction at the start; cosine to drop_fraction_end over total_steps G steps "
+        "(G steps seen by D, so n_critic and d_skip do not change the horizon).",
     )
 
 
@@ -184,7 +185,11 @@ class MaskedController(SparsityController):
         g_cost = _cost(generator, step.z)
         d_cost = _cost(discriminator, step.real)
         batch = len(step.z)
-        flops.charge(gs["ledger"], batch * (3 * g_cost[0] + d_cost[0]), batch * (3 * g_cost[1] + d_cost[1]))
+        flops.charge(
+            gs["ledger"],
+            flops.generator_step_cost(g_cost[0], d_cost[0], batch),
+            flops.generator_step_cost(g_cost[1], d_cost[1], batch),
+        )
         ds["batch"], ds["g_cost"] = len(step.real), list(g_cost)
         if o.br_freq and ds["g_steps"] % o.br_freq == 0:
             sample = balance.measure(problem, discriminator.network, generator.network, step)
@@ -217,7 +222,9 @@ class MaskedController(SparsityController):
         if "cost" in ds and "g_cost" in ds:
             d_cost, g_cost, batch = ds["cost"], ds["g_cost"], ds["batch"]
             flops.charge(
-                ds["ledger"], batch * (3 * d_cost[0] + g_cost[0]), batch * (3 * d_cost[1] + g_cost[1])
+                ds["ledger"],
+                flops.discriminator_step_cost(d_cost[0], g_cost[0], batch),
+                flops.discriminator_step_cost(d_cost[1], g_cost[1], batch),
             )
         if self.adapt and ds.get("pending"):
             ds["pending"] = False
@@ -263,7 +270,10 @@ class MaskedController(SparsityController):
             density = max(o.density_min, round(density - o.density_step, 9))
         elif br >= o.br_upper and self.strict:
             assert isinstance(o, AdaptStrictOptions)
-            fraction = dst.cosine_fraction(ds["steps"], o.total_steps, o.d_drop_fraction, o.drop_fraction_end)
+            # Progress in G steps seen, like total_steps: D steps run n_critic (or 1 / (d_skip + 1)) times
+            # as fast, and the paper's D schedule spans the whole run (max_iter * n_critic D steps).
+            progress = int(ds.get("g_steps", 0))
+            fraction = dst.cosine_fraction(progress, o.total_steps, o.d_drop_fraction, o.drop_fraction_end)
             new, _ = dst.prune_and_grow(
                 params, masks, fraction, growth=o.d_growth, generator=rng, optimizer=discriminator.optimizer
             )

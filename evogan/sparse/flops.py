@@ -9,9 +9,12 @@ Per-sample forward cost, measured once with forward hooks on a probe batch:
 - affine norm layers: 2 per output element (scale and shift).
 
 A masked layer's weight term is multiplied by its current density; biases and norms stay dense. Training
-cost follows RigL/ADAPT: backward = 2 x forward, so a network trained on a batch costs 3 x forward, one
-only evaluated costs 1 x. Mask-update sorts, EMA and evaluation are not counted; balance-ratio forwards
-are counted, but in their own total.
+cost follows RigL/ADAPT: backward = 2 x forward (1 x for input gradients, 1 x for weight gradients), so a
+network trained on a batch costs 3 x forward, one only evaluated 1 x, and one that only passes gradients
+through (D in a G step) 2 x. A D step trains on the real batch and as many fakes: 2 x 3 x. (The reference
+charges D 1 x in a G step and one batch per D step, under-weighting D; see the step-cost functions.)
+Mask-update sorts, EMA and evaluation are not counted; balance-ratio forwards are counted, but in their
+own total.
 """
 
 from __future__ import annotations
@@ -136,4 +139,24 @@ def training_step_cost(trained: float, evaluated: float, batch: int) -> float:
     return batch * (3.0 * trained + evaluated)
 
 
-__all__ = ["NetworkFlops", "charge", "count_forward_flops", "new_ledger", "training_step_cost"]
+def generator_step_cost(generator: float, discriminator: float, batch: int) -> float:
+    """One G step on ``batch`` noise vectors: G forward + backward (3x); D forward and the input-gradient
+    half of its backward (2x), since G's gradient flows through D (the reference counts D once)."""
+    return batch * (3.0 * generator + 2.0 * discriminator)
+
+
+def discriminator_step_cost(discriminator: float, generator: float, batch: int) -> float:
+    """One D step: D forward + backward on the real batch and on as many fakes (2 x 3x), G forward for
+    the fakes (1x). The reference charges D for one batch only, which halves D's weight in the ratio."""
+    return batch * (6.0 * discriminator + generator)
+
+
+__all__ = [
+    "NetworkFlops",
+    "charge",
+    "count_forward_flops",
+    "discriminator_step_cost",
+    "generator_step_cost",
+    "new_ledger",
+    "training_step_cost",
+]
