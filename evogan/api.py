@@ -75,7 +75,9 @@ class Selection(Component):
 
     kind: ClassVar[str] = "selection"
 
-    def select(self, population: Sequence[Individual], k: int, *, rng: np.random.Generator) -> list[Individual]:
+    def select(
+        self, population: Sequence[Individual], k: int, *, rng: np.random.Generator
+    ) -> list[Individual]:
         raise NotImplementedError
 
 
@@ -370,11 +372,11 @@ __all__ = [
     "Component",
     "DataSource",
     "Dataset",
+    "GeneratorStep",
     "Loss",
     "Metric",
-    "Networks",
-    "GeneratorStep",
     "Mutation",
+    "Networks",
     "Options",
     "Problem",
     "ProblemContext",

@@ -44,7 +44,12 @@ def evaluate(run_dir: Path, as_json: bool, device: str | None, disable: tuple[st
     recipe, settings, cells = _load_run(run_dir, disable, device)
     scores = score_cells(cells, settings, recipe.run.seed)
     best = min(scores, key=lambda c: scores[c]["mixture_score"])
-    result = {"run": str(run_dir), "best_cell": int(best), "cells": scores, **problem_summary(settings.problem)}
+    result = {
+        "run": str(run_dir),
+        "best_cell": int(best),
+        "cells": scores,
+        **problem_summary(settings.problem),
+    }
     if as_json:
         click.echo(json.dumps(result, indent=2, default=float))
         return
@@ -54,8 +59,13 @@ def evaluate(run_dir: Path, as_json: bool, device: str | None, disable: tuple[st
         table.add_column(column, justify="right")
     for cell, score in scores.items():
         style = "bold green" if cell == best else None
-        table.add_row(cell, str(score["generation"]), *[f"{score['generator'][k]:.4g}" for k in keys],
-                      *[f"{score['mixture'][k]:.4g}" for k in keys], style=style)
+        table.add_row(
+            cell,
+            str(score["generation"]),
+            *[f"{score['generator'][k]:.4g}" for k in keys],
+            *[f"{score['mixture'][k]:.4g}" for k in keys],
+            style=style,
+        )
     console = Console()
     console.print(table)
     console.print(f"best mixture ensemble: cell {best}")
@@ -63,9 +73,17 @@ def evaluate(run_dir: Path, as_json: bool, device: str | None, disable: tuple[st
 
 @click.command()
 @click.argument("run_dir", type=click.Path(path_type=Path))
-@click.option("-n", "count", type=click.IntRange(min=1), default=64, show_default=True, help="Samples to draw.")
-@click.option("-o", "output", type=click.Path(path_type=Path), default=Path("samples.png"), show_default=True,
-              help="PNG file to write.")
+@click.option(
+    "-n", "count", type=click.IntRange(min=1), default=64, show_default=True, help="Samples to draw."
+)
+@click.option(
+    "-o",
+    "output",
+    type=click.Path(path_type=Path),
+    default=Path("samples.png"),
+    show_default=True,
+    help="PNG file to write.",
+)
 @click.option("--cell", type=int, help="Draw from this cell's mixture (default: the best-scoring cell).")
 @click.option("--single", is_flag=True, help="Use the cell's best generator alone, not its mixture.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the noise.")
@@ -73,7 +91,13 @@ def evaluate(run_dir: Path, as_json: bool, device: str | None, disable: tuple[st
 @disable_option
 @handle_errors
 def sample(
-    run_dir: Path, count: int, output: Path, cell: int | None, single: bool, seed: int, device: str | None,
+    run_dir: Path,
+    count: int,
+    output: Path,
+    cell: int | None,
+    single: bool,
+    seed: int,
+    device: str | None,
     disable: tuple[str, ...],
 ) -> None:
     """Write a grid (images) or scatter plot (2-D data) of samples from RUN_DIR's ensemble."""
@@ -90,11 +114,19 @@ def sample(
     networks, weights = ([chosen.best("generator").network], [1.0]) if single else mixture_of(chosen)
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
-        settings.problem.save_pictures(networks, weights, output, generator=torch.Generator().manual_seed(seed),
-                                       title=f"cell {cell}", count=count)
+        settings.problem.save_pictures(
+            networks,
+            weights,
+            output,
+            generator=torch.Generator().manual_seed(seed),
+            title=f"cell {cell}",
+            count=count,
+        )
     except OSError as exc:
         raise UserError(f"{output}: cannot write: {exc.strerror}") from None
-    click.echo(f"wrote {count} samples from cell {cell}{' (best generator)' if single else ' (mixture)'} to {output}")
+    click.echo(
+        f"wrote {count} samples from cell {cell}{' (best generator)' if single else ' (mixture)'} to {output}"
+    )
 
 
 COMMANDS = [evaluate, sample]

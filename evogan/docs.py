@@ -51,7 +51,13 @@ def recipe_reference(registries: Registries) -> str:
     out = [HEADER, "## Recipe tables\n"]
     out.append("Fixed tables (all optional; every key has a default):\n")
     for table, model in FIXED_TABLES.items():
-        out += [f"### `[{table}]`\n", "| key | default | meaning |", "| --- | --- | --- |", *_fields(model), ""]
+        out += [
+            f"### `[{table}]`\n",
+            "| key | default | meaning |",
+            "| --- | --- | --- |",
+            *_fields(model),
+            "",
+        ]
     out.append("Component tables: `use` names a registered component; the other keys are its options.\n")
     for table, (kind, required) in COMPONENT_TABLES.items():
         out.append(f"- `[{table}]`: a {kind} component ({'required' if required else 'optional'})")

@@ -144,7 +144,9 @@ def evogan_run_start(run: RunInfo) -> None:
 
 
 @hookspec
-def evogan_exchange(run: RunInfo, cell: int, generation: int, received: Mapping[int, Mapping[str, Any]]) -> None:
+def evogan_exchange(
+    run: RunInfo, cell: int, generation: int, received: Mapping[int, Mapping[str, Any]]
+) -> None:
     """A cell gathered its neighbours' models for ``generation``.
 
     :param run: the run.

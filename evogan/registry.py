@@ -46,7 +46,9 @@ class Registry:
     def add(self, component: type[Component], plugin: str) -> None:
         name = getattr(component, "name", None)
         if not isinstance(name, str) or not name:
-            raise ComponentConflictError(f"plugin {plugin!r} registered a {self.kind} without a name: {component!r}")
+            raise ComponentConflictError(
+                f"plugin {plugin!r} registered a {self.kind} without a name: {component!r}"
+            )
         kind = getattr(component, "kind", self.kind)
         if kind != self.kind:
             raise ComponentConflictError(
@@ -94,7 +96,7 @@ class Registries:
             registry = registries[kind]
             # Oldest registration first, so a conflict names the built-in as the first provider.
             for impl in getattr(pm.hook, hook_name).get_hookimpls():
-                register: Callable[[Any], None] = lambda c, _p=impl.plugin_name: registry.add(c, _p)  # noqa: E731
+                register: Callable[[Any], None] = lambda c, _r=registry, _p=impl.plugin_name: _r.add(c, _p)  # noqa: E731
                 impl.function(register=register)
         return registries
 

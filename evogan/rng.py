@@ -32,7 +32,9 @@ class CellRandom:
         numpy_rng = np.random.default_rng(seed_sequence(seed, cell, generation, stream))
         torch_seed = int(seed_sequence(seed, cell, generation, "torch").generate_state(1, np.uint64)[0] >> 1)
         if stream != "evolution":
-            torch_seed = int(seed_sequence(seed, cell, generation, stream).generate_state(1, np.uint64)[0] >> 1)
+            torch_seed = int(
+                seed_sequence(seed, cell, generation, stream).generate_state(1, np.uint64)[0] >> 1
+            )
         return cls(numpy_rng, torch.Generator().manual_seed(torch_seed))
 
 

@@ -21,7 +21,9 @@ def sample_tensors() -> dict[str, torch.Tensor]:
 
 
 def frames(**fields) -> list[bytes]:
-    message = envelope.encode(sample_tensors(), run="r", cell=3, generation=2, meta={"fitness": 0.5}, **fields)
+    message = envelope.encode(
+        sample_tensors(), run="r", cell=3, generation=2, meta={"fitness": 0.5}, **fields
+    )
     return [bytes(frame) for frame in message]
 
 

@@ -12,8 +12,14 @@ def population(losses: list[float]) -> list[Individual]:
     individuals = []
     for i, loss in enumerate(losses):
         network = torch.nn.Linear(1, 1)
-        individual = Individual("generator", network, torch.optim.Adam(network.parameters()), {"lr": 1e-3},
-                                origin=0, uid=f"0/G{i}")
+        individual = Individual(
+            "generator",
+            network,
+            torch.optim.Adam(network.parameters()),
+            {"lr": 1e-3},
+            origin=0,
+            uid=f"0/G{i}",
+        )
         individual.fitness.values = (loss,)
         individuals.append(individual)
     return individuals
@@ -34,7 +40,10 @@ def test_full_tournament_always_picks_the_best() -> None:
     pop = population([0.5, 0.1, 0.9])
     winners = Tournament(Tournament.Options(size=3)).select(pop, 5, rng=np.random.default_rng(0))
     assert {w.uid for w in winners} == {"0/G1"}
-    assert [w.uid for w in Best(Best.Options()).select(pop, 2, rng=np.random.default_rng(0))] == ["0/G1", "0/G0"]
+    assert [w.uid for w in Best(Best.Options()).select(pop, 2, rng=np.random.default_rng(0))] == [
+        "0/G1",
+        "0/G0",
+    ]
 
 
 def test_gaussian_lr_mutation_follows_lipizzaner() -> None:

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from evogan import hookimpl, recipe as recipes
+from evogan import hookimpl
+from evogan import recipe as recipes
 from evogan.api import Selection
 from evogan.errors import ComponentConflictError
 from evogan.plugins import BUILTIN_PLUGINS, describe_plugins, make_plugin_manager
@@ -32,8 +33,11 @@ def test_a_name_registered_twice_names_both_plugins() -> None:
             register(Twin)
 
     pm = make_plugin_manager(autoload=False, extra=[Impostor()])
-    with pytest.raises(ComponentConflictError, match=r"'tournament' is registered twice: by plugin "
-                                                     r"'evogan.builtin.selection' and by plugin"):
+    with pytest.raises(
+        ComponentConflictError,
+        match=r"'tournament' is registered twice: by plugin "
+        r"'evogan.builtin.selection' and by plugin",
+    ):
         Registries.from_plugin_manager(pm)
 
 
@@ -44,7 +48,9 @@ def test_example_plugin_is_discovered_and_usable(tiny_recipe) -> None:
     assert "evogan_register_selections" in names["example"].hooks
     registries = Registries.from_plugin_manager(pm)
     assert registries["selection"].entries["linear_rank"].plugin == "example"
-    recipe = recipes.load(tiny_recipe(), registries, ['selection.use="linear_rank"', 'topology={use="complete", cells=3}'])
+    recipe = recipes.load(
+        tiny_recipe(), registries, ['selection.use="linear_rank"', 'topology={use="complete", cells=3}']
+    )
     assert recipe.choices["topology"].component(recipe.choices["topology"].options).neighbours(0) == (1, 2)
 
 
@@ -58,8 +64,12 @@ def test_autoload_can_be_disabled_by_environment(monkeypatch: pytest.MonkeyPatch
 def test_a_named_plugin_can_be_blocked(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("EVOGAN_BLOCK_PLUGINS", "example")
     assert "complete" not in Registries.from_plugin_manager(make_plugin_manager())["topology"]
-    assert "torus" not in Registries.from_plugin_manager(
-        make_plugin_manager(blocked=["evogan.builtin.topology"]))["topology"]
+    assert (
+        "torus"
+        not in Registries.from_plugin_manager(make_plugin_manager(blocked=["evogan.builtin.topology"]))[
+            "topology"
+        ]
+    )
 
 
 def test_cli_lists_plugins_with_and_without_autoload() -> None:

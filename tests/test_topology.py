@@ -12,9 +12,15 @@ def torus(rows: int, cols: int, neighbourhood: str = "von_neumann") -> Torus:
 def test_3x3_von_neumann_matches_explicit_adjacency() -> None:
     # Row-major: cell = row * cols + col. Lipizzaner's transposed bug gave cell 1 -> {0, 4, 5, 6}.
     expected = {
-        0: (1, 2, 3, 6), 1: (0, 2, 4, 7), 2: (0, 1, 5, 8),
-        3: (0, 4, 5, 6), 4: (1, 3, 5, 7), 5: (2, 3, 4, 8),
-        6: (0, 3, 7, 8), 7: (1, 4, 6, 8), 8: (2, 5, 6, 7),
+        0: (1, 2, 3, 6),
+        1: (0, 2, 4, 7),
+        2: (0, 1, 5, 8),
+        3: (0, 4, 5, 6),
+        4: (1, 3, 5, 7),
+        5: (2, 3, 4, 8),
+        6: (0, 3, 7, 8),
+        7: (1, 4, 6, 8),
+        8: (2, 5, 6, 7),
     }
     topology = torus(3, 3)
     assert {cell: topology.neighbours(cell) for cell in range(9)} == expected
@@ -26,7 +32,9 @@ def test_rectangular_torus_is_not_transposed() -> None:
     assert topology.neighbours(5) == (2, 3, 4)
 
 
-@pytest.mark.parametrize(("rows", "cols", "degree"), [(1, 1, 0), (2, 2, 2), (1, 4, 2), (1, 2, 1), (3, 3, 4), (4, 5, 4)])
+@pytest.mark.parametrize(
+    ("rows", "cols", "degree"), [(1, 1, 0), (2, 2, 2), (1, 4, 2), (1, 2, 1), (3, 3, 4), (4, 5, 4)]
+)
 def test_small_tori_are_deduplicated(rows: int, cols: int, degree: int) -> None:
     topology = torus(rows, cols)
     for cell in range(topology.cells):
@@ -38,8 +46,10 @@ def test_small_tori_are_deduplicated(rows: int, cols: int, degree: int) -> None:
 @pytest.mark.parametrize("shape", [(1, 1), (2, 2), (2, 3), (3, 3), (3, 5), (4, 4)])
 @pytest.mark.parametrize("neighbourhood", ["von_neumann", "moore"])
 def test_every_cell_is_symmetric(shape: tuple[int, int], neighbourhood: str) -> None:
-    for topology in (torus(*shape, neighbourhood), Grid(Grid.Options(rows=shape[0], cols=shape[1],
-                                                                   neighbourhood=neighbourhood))):
+    for topology in (
+        torus(*shape, neighbourhood),
+        Grid(Grid.Options(rows=shape[0], cols=shape[1], neighbourhood=neighbourhood)),
+    ):
         for cell in range(topology.cells):
             for other in topology.neighbours(cell):
                 assert cell in topology.neighbours(other), (topology.describe(), cell, other)

@@ -29,7 +29,9 @@ class Tournament(Selection):
     class Options(Options):
         size: int = Field(2, ge=1, description="contestants per tournament")
 
-    def select(self, population: Sequence[Individual], k: int, *, rng: np.random.Generator) -> list[Individual]:
+    def select(
+        self, population: Sequence[Individual], k: int, *, rng: np.random.Generator
+    ) -> list[Individual]:
         size = min(self.options.size, len(population))
         winners = []
         for _ in range(k):
@@ -45,7 +47,9 @@ class Best(Selection):
     name: ClassVar[str] = "truncation"
     description: ClassVar[str] = "the k individuals with the lowest loss"
 
-    def select(self, population: Sequence[Individual], k: int, *, rng: np.random.Generator) -> list[Individual]:
+    def select(
+        self, population: Sequence[Individual], k: int, *, rng: np.random.Generator
+    ) -> list[Individual]:
         ranked = sorted(range(len(population)), key=lambda i: (population[i].fitness.loss, i))
         return [population[ranked[i % len(ranked)]] for i in range(k)]
 

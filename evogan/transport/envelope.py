@@ -186,4 +186,13 @@ def payload_size(frames: Sequence[bytes | memoryview]) -> int:
     return sum(len(frame) for frame in frames)
 
 
-__all__ = ["DTYPES", "FORMAT_VERSION", "decode", "encode", "parse_header", "payload_size", "topic", "topic_prefix"]
+__all__ = [
+    "DTYPES",
+    "FORMAT_VERSION",
+    "decode",
+    "encode",
+    "parse_header",
+    "payload_size",
+    "topic",
+    "topic_prefix",
+]

@@ -47,7 +47,9 @@ class TensorSource(DataSource):
             index = torch.randint(len(self), (n,), generator=generator)
         return self.samples.index_select(0, index.to(self.samples.device))
 
-    def sample_with_labels(self, n: int, *, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def sample_with_labels(
+        self, n: int, *, generator: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         index = self._indices(min(n, len(self)), generator).to(self.samples.device)
         labels = None if self.labels is None else self.labels.index_select(0, index.to(self.labels.device))
         return self.samples.index_select(0, index), labels

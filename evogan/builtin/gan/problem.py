@@ -48,7 +48,9 @@ def evaluating(*networks: nn.Module) -> Iterator[None]:
 
 class GanOptions(Options):
     data: ComponentRef = component_field("dataset", "gaussian_ring", "the real data ([problem.data])")
-    network: ComponentRef = component_field("network", "mlp_2d", "generator/discriminator pair ([problem.network])")
+    network: ComponentRef = component_field(
+        "network", "mlp_2d", "generator/discriminator pair ([problem.network])"
+    )
     loss: ComponentRef = component_field("loss", "bce", "adversarial loss ([problem.loss])")
     metric: ComponentRef = component_field("metric", "modes", "sample-quality metric; drives the mixture ES")
     batch_size: int = Field(100, ge=1, description="samples per training batch")
@@ -58,8 +60,12 @@ class GanOptions(Options):
     learning_rate: float = Field(2e-4, gt=0, description="initial Adam learning rate (lr0)")
     betas: tuple[float, float] = Field((0.5, 0.999), description="Adam betas")
     d_skip: int = Field(0, ge=0, description="train D on every (d_skip+1)-th batch only (Lipizzaner's skip)")
-    critic_steps: int = Field(1, ge=1, description="train G on every critic_steps-th batch only (SNGAN's n_critic)")
-    fitness_samples: int = Field(1000, ge=1, description="real samples and noise vectors per fitness evaluation")
+    critic_steps: int = Field(
+        1, ge=1, description="train G on every critic_steps-th batch only (SNGAN's n_critic)"
+    )
+    fitness_samples: int = Field(
+        1000, ge=1, description="real samples and noise vectors per fitness evaluation"
+    )
     score_samples: int = Field(1000, ge=1, description="generated samples per metric evaluation")
     mixture_sampling: Literal["exact_proportion", "independent_probability"] = Field(
         "exact_proportion", description="how an ensemble splits its samples between generators"
@@ -79,7 +85,12 @@ class GanProblem(Problem):
         super().__init__(options, context)
         registries = context.registries
         parts = {}
-        for field_name, kind in (("data", "dataset"), ("network", "network"), ("loss", "loss"), ("metric", "metric")):
+        for field_name, kind in (
+            ("data", "dataset"),
+            ("network", "network"),
+            ("loss", "loss"),
+            ("metric", "metric"),
+        ):
             component, component_options = build_nested(registries, kind, getattr(options, field_name))
             parts[field_name] = component(component_options)
         self.dataset = parts["data"]
@@ -138,7 +149,9 @@ class GanProblem(Problem):
 
     # -------------------------------------------------------------------------------- data
     def training_batches(self, *, generator: torch.Generator) -> Iterator[torch.Tensor]:
-        return self.source.batches(self.options.batch_size, self.options.batches_per_generation, generator=generator)
+        return self.source.batches(
+            self.options.batch_size, self.options.batches_per_generation, generator=generator
+        )
 
     def train_discriminator_at(self, step: int) -> bool:
         return step % (self.options.d_skip + 1) == 0
@@ -211,8 +224,9 @@ class GanProblem(Problem):
         if self.options.mixture_sampling == "exact_proportion":
             counts = [math.ceil(n * w) for w in weights]
         else:
-            draws = torch.multinomial(torch.tensor(weights, dtype=torch.float), n, replacement=True,
-                                      generator=generator)
+            draws = torch.multinomial(
+                torch.tensor(weights, dtype=torch.float), n, replacement=True, generator=generator
+            )
             counts = torch.bincount(draws, minlength=len(weights)).tolist()
         parts = []
         with evaluating(*generators):

@@ -7,13 +7,13 @@ mode-collapse benchmarks (Metz et al. 2017; Srivastava et al. 2017, VEEGAN).
 from __future__ import annotations
 
 import math
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import torch
 from pydantic import Field
 from torch import nn
 
-from evogan.api import DataSource, Dataset, Metric, Networks, Options, Role
+from evogan.api import Dataset, DataSource, Metric, Networks, Options, Role
 from evogan.builtin.gan.data import TensorSource
 from evogan.errors import UserError
 
@@ -75,7 +75,7 @@ class GaussianGrid(_Mixture):
         std: float = Field(0.05, gt=0, description="standard deviation of each mode")
 
     def centres(self) -> torch.Tensor:
-        offsets = (torch.arange(self.options.side, dtype=torch.float32) - (self.options.side - 1) / 2)
+        offsets = torch.arange(self.options.side, dtype=torch.float32) - (self.options.side - 1) / 2
         offsets = offsets * self.options.spacing
         xs, ys = torch.meshgrid(offsets, offsets, indexing="ij")
         return torch.stack([xs.reshape(-1), ys.reshape(-1)], dim=1)
@@ -100,6 +100,7 @@ class Mlp2d(Networks):
     class Options(Options):
         latent_size: int = Field(64, ge=1, description="noise dimension")
         hidden: int = Field(128, ge=1, description="units per hidden layer")
+        activation: Literal["tanh", "leaky_relu"] = Field("tanh", description="hidden activation")
 
     def latent_shape(self) -> tuple[int, ...]:
         return (self.options.latent_size,)
@@ -112,8 +113,15 @@ class Mlp2d(Networks):
         width, hidden = sample_shape[0], self.options.hidden
         inputs = self.options.latent_size if role == "generator" else width
         outputs = width if role == "generator" else 1
+        def activation() -> nn.Module:
+            return nn.Tanh() if self.options.activation == "tanh" else nn.LeakyReLU(0.2)
+
         layers: list[nn.Module] = [
-            nn.Linear(inputs, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(), nn.Linear(hidden, outputs)
+            nn.Linear(inputs, hidden),
+            activation(),
+            nn.Linear(hidden, hidden),
+            activation(),
+            nn.Linear(hidden, outputs),
         ]
         if role == "discriminator":
             layers.append(nn.Flatten(0))
@@ -143,7 +151,9 @@ class ModeCoverage(Metric):
     def prepare(self, data: DataSource, device: torch.device, *, generator: torch.Generator) -> None:
         centres = getattr(data, "centres", None)
         if centres is None:
-            raise UserError("problem.metric: 'modes' needs a Gaussian-mixture dataset (gaussian_ring, gaussian_grid)")
+            raise UserError(
+                "problem.metric: 'modes' needs a Gaussian-mixture dataset (gaussian_ring, gaussian_grid)"
+            )
         self.centres = centres
         self.radius = self.options.quality_std * float(data.std)  # type: ignore[attr-defined]
 
