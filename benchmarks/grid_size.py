@@ -40,6 +40,7 @@ def one_run(side: int, seed: int, args: argparse.Namespace, output: Path) -> dic
         f"topology.rows={side}",
         f"topology.cols={side}",
         f"problem.batches_per_generation={args.batches}",
+        "run.workers=1",
     ]
     summary, wall, run_dir = run_recipe(RECIPE, overrides)
     cells = summary["cells"]

@@ -46,8 +46,12 @@ def measure(side: int, threads: int, args: argparse.Namespace, output: Path) -> 
         f"run.output_dir={json.dumps(str(output))}",
         f"topology.rows={side}",
         f"topology.cols={side}",
+        "run.workers=1",
         "population.selection=false",  # neurips2018 MNIST configs
         "problem.batches_per_generation=600",
+        "problem.d_skip=1",  # the paper's MNIST settings, whatever the demo uses
+        "problem.fitness_samples=1000",
+        "problem.score_samples=1000",
     ]
     load_before = os.getloadavg()[0]
     cpu = time.process_time()

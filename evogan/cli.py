@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from evogan import __version__
-from evogan.errors import EvoganError, RecipeError
+from evogan.errors import EvoganError, RecipeError, UserError
 
 
 def fail(error: EvoganError) -> NoReturn:
@@ -147,7 +147,7 @@ def run(
 ) -> None:
     """Train the grid a RECIPE describes (or --resume a run). Writes runs/<name>-<timestamp>/."""
     from evogan.builtin.reporter import TerminalReporter
-    from evogan.runtime.single import prepare, run_in_process
+    from evogan.runtime.single import prepare
 
     console = Console(soft_wrap=True)
     mode = "quiet" if quiet else ("plain" if plain or not console.is_terminal else "live")
@@ -158,6 +158,21 @@ def run(
     stop = StopFlag(console)
     previous = signal.signal(signal.SIGINT, stop.handle)
     try:
+        _run_prepared(prepared, stop, console, quiet, disable)
+    except UserError:
+        if not prepared.resume:  # e.g. missing data: leave no empty run directory behind
+            prepared.run_dir.discard_if_unused()
+        raise
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if stop.requested:
+        sys.exit(130)
+
+
+def _run_prepared(prepared: Any, stop: StopFlag, console: Console, quiet: bool, disable: tuple[str, ...]) -> None:
+    from evogan.runtime.single import run_in_process
+
+    try:
         if prepared.recipe.run.workers > 1:
             from evogan.runtime.launcher import launch
 
@@ -166,10 +181,6 @@ def run(
             run_in_process(prepared, stop=stop)
     except KeyboardInterrupt:
         console.print("[red]aborted; the last written checkpoints are intact[/]")
-        sys.exit(130)
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    if stop.requested:
         sys.exit(130)
 
 

@@ -119,3 +119,9 @@ def test_evaluate_needs_checkpoints(tiny_recipe, tmp_path: Path) -> None:
     prepared = prepare(tiny_recipe(generations=1))  # created, never run: no checkpoints
     result = invoke("evaluate", str(prepared.run_dir.path))
     assert result.exit_code == 2 and "no checkpoints" in result.output
+
+
+def test_a_run_that_fails_on_its_data_leaves_no_run_directory(tiny_recipe, tmp_path: Path) -> None:
+    result = invoke("run", str(tiny_recipe()), "--quiet", "--set", "problem.batch_size=100000")
+    assert result.exit_code == 2 and "problem.batch_size: 100000 exceeds the dataset's 512 samples" in result.output
+    assert list((tmp_path / "runs").iterdir()) == []

@@ -191,6 +191,15 @@ class RunDirectory:
             raise UserError(f"{path}: not an evogan checkpoint for cell {cell}")
         return state
 
+    def discard_if_unused(self) -> bool:
+        """Remove a run directory that holds nothing but its recipe (the run failed before any work)."""
+        if (self.path / METRICS_FILE).exists() or self.has_checkpoints():
+            return False
+        import shutil
+
+        shutil.rmtree(self.path, ignore_errors=True)
+        return True
+
     def has_checkpoints(self) -> bool:
         return any((self.path / "checkpoints").glob("cell-*.pt"))
 

@@ -29,7 +29,7 @@ import torch
 from rich.console import Console
 
 from evogan import recipe as recipes
-from evogan.engine.run import RunInfo, build_topology
+from evogan.engine.run import RunInfo, build_settings, build_topology
 from evogan.engine.rundir import METRICS_FILE, SUMMARY_FILE, TIMINGS_FILE, RunDirectory, atomic_write
 from evogan.errors import RunFailure, UserError
 from evogan.plugins import BLOCK_ENV, make_plugin_manager
@@ -72,6 +72,8 @@ def check_launch(prepared: PreparedRun) -> int:
     choice = recipes.transport_choice(recipe, prepared.registries, DEFAULT_TRANSPORT)
     if not all(hasattr(choice.component, name) for name in ("bind", "connect", "wait_ready")):
         raise UserError(f"exchange.transport: {choice.name!r} cannot connect worker processes (run.workers > 1)")
+    # Data, network and metric problems (missing files, image sizes) are found here, not in N workers.
+    build_settings(recipe, prepared.registries, None, torch.device("cpu"))
     return cells
 
 

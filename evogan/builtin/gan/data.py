@@ -41,10 +41,8 @@ class TensorSource(DataSource):
                 done += 1
 
     def sample(self, n: int, *, generator: torch.Generator) -> torch.Tensor:
-        if n <= len(self):
-            index = self._indices(n, generator)
-        else:
-            index = torch.randint(len(self), (n,), generator=generator)
+        # Without replacement when the data allows it, so small samples have no duplicates.
+        index = self._indices(n, generator) if n <= len(self) else torch.randint(len(self), (n,), generator=generator)
         return self.samples.index_select(0, index.to(self.samples.device))
 
     def sample_with_labels(
