@@ -340,9 +340,10 @@ def test_curve_listed_client_receives_others_get_nothing(
     assert generation_of(b.gather(1, [0], generation - 1, max_staleness=0, timeout=5)[0]) == generation - 1
     for sock in (plain, unlisted):
         assert sock.poll(200) == 0
-    # both refusals are visible to the operator through the XPUB's monitor
+    # The unlisted key's refusal is visible to the operator through the XPUB's monitor (ZAP says no).
+    # A keyless peer fails the mechanism handshake; libzmq reports that with or without detail, or not at
+    # all when the peer hangs up first, so only "receives nothing" is asserted for it above.
     eventually(lambda: a.stats().dropped.get("auth_rejected", 0) >= 1)
-    eventually(lambda: a.stats().dropped.get("handshake_failed", 0) >= 1)
 
 
 def test_keys_cli_layout(tmp_path: Path) -> None:
