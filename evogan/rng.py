@@ -30,11 +30,10 @@ class CellRandom:
     @classmethod
     def for_generation(cls, seed: int, cell: int, generation: int, stream: str = "evolution") -> CellRandom:
         numpy_rng = np.random.default_rng(seed_sequence(seed, cell, generation, stream))
-        torch_seed = int(seed_sequence(seed, cell, generation, "torch").generate_state(1, np.uint64)[0] >> 1)
-        if stream != "evolution":
-            torch_seed = int(
-                seed_sequence(seed, cell, generation, stream).generate_state(1, np.uint64)[0] >> 1
-            )
+        # The training stream pairs with its own torch stream; any other stream seeds torch from itself.
+        torch_stream = "torch" if stream == "evolution" else stream
+        state = seed_sequence(seed, cell, generation, torch_stream).generate_state(1, np.uint64)[0]
+        torch_seed = int(state >> 1)
         return cls(numpy_rng, torch.Generator().manual_seed(torch_seed))
 
 

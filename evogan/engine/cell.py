@@ -349,7 +349,7 @@ class Cell:
             replaced[role] = accept
         return replaced
 
-    def _mixture_members(self) -> tuple[list[int], list[torch.nn.Module]]:
+    def mixture_members(self) -> tuple[list[int], list[torch.nn.Module]]:
         cells, networks = [], []
         for cell in sorted(self.mixture):
             if cell == self.index:
@@ -363,7 +363,7 @@ class Cell:
 
     def _evolve_mixture(self, rnd: CellRandom) -> dict[str, float]:
         """One (1+1)-ES step on the mixture weights, both candidates scored on the same noise."""
-        cells, networks = self._mixture_members()
+        cells, networks = self.mixture_members()
         weights = np.array([self.mixture[c] for c in cells], dtype=float)
         weights = weights / weights.sum() if weights.sum() > 0 else np.full(len(cells), 1 / len(cells))
         seed = int(rnd.numpy.integers(2**62))

@@ -282,7 +282,7 @@ def write_summary(
 
 def mixture_of(cell: Cell) -> tuple[list[torch.nn.Module], list[float]]:
     """The networks and normalised weights of a cell's mixture ensemble."""
-    cells, networks = cell._mixture_members()
+    cells, networks = cell.mixture_members()
     weights = [cell.mixture[c] for c in cells]
     total = sum(weights) or 1.0
     return networks, [w / total for w in weights]
