@@ -157,6 +157,21 @@ def test_ipc_scheme(stack: ExitStack) -> None:
     assert generation_of(b.gather(1, [0], 3, max_staleness=0, timeout=5)[0]) == 3
 
 
+def test_a_late_subscriber_gets_the_latest_model_at_once(stack: ExitStack) -> None:
+    a, b = mesh(stack, [[0], [1]], {0: [1], 1: [0]})
+    for generation in (2, 3):
+        a.publish(0, message(0, generation))
+    eventually(lambda: b.generations(0) == [2, 3])
+    late = stack.enter_context(ZmqTransport())  # e.g. a restarted or reconnected neighbour
+    late.bind([5])
+    late.connect({0: a.endpoints[0]}, {5: [0]}, subscribers={5: []})
+    late.wait_ready(10)
+    start = time.monotonic()
+    got = late.gather(5, [0], 3, max_staleness=0, timeout=5)
+    assert generation_of(got[0]) == 3 and time.monotonic() - start < 2.0
+    assert b.generations(0) == [2, 3]  # the others keep what they held
+
+
 # ------------------------------------------------------------------------------------------ inbox
 def test_latest_wins_keeps_only_keep_generations(stack: ExitStack) -> None:
     a, b = mesh(stack, [[0], [1]], {0: [1], 1: [0]})

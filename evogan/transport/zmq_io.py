@@ -122,6 +122,7 @@ class IOThread(threading.Thread):
         self.heartbeat_state = heartbeat_state
         self.send_grace = send_grace
         self._pending: dict[int, tuple[list[Any], float]] = {}
+        self._latest: dict[int, list[Any]] = {}  # last model sent per cell: a late subscriber gets it at once
         self.monitors: list[tuple[zmq.Socket[bytes], zmq.Socket[bytes]]] = []
         for sock in self.subscribers:
             self.monitors.append((sock, sock.get_monitor_socket(SUB_EVENTS)))
@@ -236,6 +237,7 @@ class IOThread(threading.Thread):
             if lossy:
                 sock.setsockopt(zmq.XPUB_NODROP, 1)
         if frames[0][TOPIC_LENGTH - 1 : TOPIC_LENGTH] == MODEL_KIND:
+            self._latest[cell] = frames
             self.inbox.count("", sent=1, sent_bytes=sum(len(frame) for frame in frames))
         return True
 
@@ -259,6 +261,10 @@ class IOThread(threading.Thread):
             if frame.startswith(mark) and len(tail) == TOPIC_WIDTH and tail.isdigit():
                 self.inbox.subscribed(cell, int(tail))
                 self._heartbeat(cell)  # a welcome: the new subscriber hears from us at once
+                # Last-value cache: a subscriber that joins (or reconnects) late gets our latest model now,
+                # not after our next generation; the others hold it already and keep it idempotently.
+                if cell in self._latest and cell not in self._pending:
+                    self._publish(cell, self._latest[cell])
 
     def _read_monitor(self, monitor: zmq.Socket[bytes]) -> None:
         for _ in range(DRAIN_BATCH):
