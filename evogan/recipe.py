@@ -41,8 +41,25 @@ class RunSection(_Table):
     )
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: cuda:LOCAL_RANK if present")
     workers: int = Field(1, ge=1, description="worker processes; 1 runs every cell in this process")
-    threads: int = Field(0, ge=0, description="torch threads per process (0: torch's default)")
+    threads: int = Field(
+        0,
+        ge=0,
+        description="torch threads per process (0: torch's default in one process; with workers, this "
+        "machine's cores divided by the worker processes on it, at least 1)",
+    )
     max_restarts: int = Field(3, ge=0, description="restarts of the worker group after a worker dies")
+    keep_checkpoints: int = Field(
+        3, ge=1, description="checkpoints kept per cell (the newest ones); resume picks the newest all cells share"
+    )
+    watchdog: float = Field(
+        0.0,
+        ge=0,
+        description=(
+            "seconds a worker may go without progress beyond what its current phase needs before it is "
+            "killed and restarted (0: automatic, 10x the longest phase seen so far, at least 60 s; 600 s "
+            "before the first phase has been timed)"
+        ),
+    )
 
 
 class PopulationSection(_Table):
@@ -87,6 +104,8 @@ OPERATIONAL_KEYS = (
     "samples_every",
     "workers",
     "max_restarts",
+    "keep_checkpoints",
+    "watchdog",
     "device",
     "threads",
     "name",

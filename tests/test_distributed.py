@@ -215,8 +215,12 @@ def test_lockstep_workers_match_the_single_process_run_exactly(tiny_recipe) -> N
     path = tiny_recipe(seed=7, generations=3)
     reference = prepare(path)
     run_in_process(reference)
-    run_dir, summary = launched(path)
+    run_dir, summary = launched(path, "run.threads=0")  # threads are operational: same numbers
     assert records(run_dir) == records(reference.run_dir.path)
+    expected = max(1, len(os.sched_getaffinity(0)) // 2)  # cores / local workers, never all cores each
+    for rank in (0, 1):
+        log = (run_dir / "logs" / f"worker-{rank:04d}.out").read_text()
+        assert f": {expected} torch threads (" in log
     single = json.loads((reference.run_dir.path / "summary.json").read_text())
     assert summary["cells"] == single["cells"] and summary["best_cell"] == single["best_cell"]
     assert (run_dir / "plots" / "metrics.png").exists()
@@ -239,9 +243,7 @@ def test_interrupt_stops_every_worker_at_one_generation_and_resume_completes(tin
     run_dir, summary = launched(path, stop=stop)
     marker["dir"] = run_dir
     assert summary["interrupted"] is True
-    stopped = {
-        torch.load(run_dir / "checkpoints" / f"cell-{c:04d}.pt", weights_only=True)["generation"] for c in range(4)
-    }
+    stopped = {RunDirectory(run_dir).checkpoint_generations(c)[0] for c in range(4)}
     assert len(stopped) == 1 and stopped.pop() < 5
     _, resumed = launched(path, resume=run_dir)
     assert resumed["interrupted"] is False and resumed["generations"] == 5
@@ -257,10 +259,74 @@ def test_sigkill_restarts_the_group_and_every_cell_resumes(tiny_recipe, monkeypa
     assert summary["generations"] == 4 and not summary["interrupted"]
     starts = "".join(p.read_text() for p in (run_dir / "logs").glob("worker-*.out"))
     assert starts.count("restart 0 ") == 2 and starts.count("restart 1 ") == 2
-    incarnations = [
-        torch.load(run_dir / "checkpoints" / f"cell-{c:04d}.pt", weights_only=True)["incarnation"] for c in range(4)
-    ]
+    directory = RunDirectory(run_dir)
+    incarnations = [directory.load_checkpoint(c, 4)["incarnation"] for c in range(4)]
     assert all(i >= 1 for i in incarnations)  # every cell was loaded from its checkpoint
+
+
+@pytest.mark.slow
+def test_a_kill_between_checkpoints_resumes_every_cell_from_one_generation(tiny_recipe, monkeypatch) -> None:
+    """Worker 0 dies after cell 1's generation 3 while worker 1 has already checkpointed generation 4:
+    all cells go back to generation 2, the newest they share, and the run equals the uninterrupted one."""
+    path = tiny_recipe(seed=5, generations=6)
+    reference = prepare(path, overrides=["run.checkpoint_every=2"])
+    run_in_process(reference)
+    monkeypatch.setenv("EVOGAN_FAULT", "1:3:kill")
+    run_dir, summary = launched(path, "run.checkpoint_every=2", "run.max_restarts=1", "exchange.timeout=20")
+    assert summary["generations"] == 6
+    assert records(run_dir) == records(reference.run_dir.path)
+    assert max(t["exchange"] for t in timings(run_dir)) < 20  # no generation waited out the time-out
+
+
+@pytest.mark.slow
+def test_cells_resuming_from_different_generations_catch_up_without_time_outs(tiny_recipe, monkeypatch) -> None:
+    """With one checkpoint kept, worker 0's cells resume at 2 and worker 1's at 4: the cells behind step
+    first, so nobody waits out the exchange time-out, and every generation is recorded once."""
+    monkeypatch.setenv("EVOGAN_FAULT", "1:3:kill")
+    run_dir, summary = launched(
+        tiny_recipe(seed=5, generations=6),
+        "run.checkpoint_every=2",
+        "run.keep_checkpoints=1",
+        "run.max_restarts=1",
+        "exchange.timeout=20",
+    )
+    pairs = [(r["cell"], r["generation"]) for r in records(run_dir)]
+    assert sorted(pairs) == sorted({(c, g) for c in range(4) for g in range(1, 7)})
+    assert summary["generations"] == 6
+    assert max(t["exchange"] for t in timings(run_dir)) < 20
+
+
+@pytest.mark.slow
+def test_a_worker_whose_cells_resume_apart_steps_the_one_behind_first(tiny_recipe) -> None:
+    """Cell 0 resumes at generation 4 and cell 1, in the same worker, at 2: stepping cell 0 would block
+    the process on cell 1's generation-4 model until the time-out, every generation."""
+    path = tiny_recipe(seed=8, generations=2)
+    timeout = ("exchange.timeout=5", "run.checkpoint_every=2", "run.keep_checkpoints=1")
+    run_dir, _ = launched(path, *timeout)
+    saved = {p.name: p.read_bytes() for p in (run_dir / "checkpoints").glob("cell-0001-g000002.*")}
+    launched(path, *timeout, "run.generations=4", resume=run_dir)
+    for name in [p.name for p in (run_dir / "checkpoints").glob("cell-0001-*")]:
+        (run_dir / "checkpoints" / name).unlink()
+    for name, data in saved.items():
+        (run_dir / "checkpoints" / name).write_bytes(data)
+    _, summary = launched(path, *timeout, "run.generations=6", resume=run_dir)
+    assert summary["generations"] == 6
+    pairs = [(r["cell"], r["generation"]) for r in records(run_dir)]
+    assert sorted(pairs) == sorted({(c, g) for c in range(4) for g in range(1, 7)})
+    assert max(t["exchange"] for t in timings(run_dir)) < 5
+
+
+@pytest.mark.slow
+def test_a_frozen_worker_is_killed_by_the_watchdog_and_the_run_completes(tiny_recipe, monkeypatch) -> None:
+    monkeypatch.setenv("EVOGAN_FAULT", "2:2:freeze")  # SIGSTOP, never continued
+    run_dir, summary = launched(
+        tiny_recipe(seed=6, generations=5), "run.watchdog=3", "exchange.timeout=1", "run.max_restarts=1"
+    )
+    assert summary["generations"] == 5 and not summary["interrupted"]
+    pairs = [(r["cell"], r["generation"]) for r in records(run_dir)]
+    assert sorted(pairs) == sorted({(c, g) for c in range(4) for g in range(1, 6)})
+    logs = "".join(p.read_text() for p in (run_dir / "logs").glob("worker-*.out"))
+    assert "watchdog: worker 1 " in logs and "restart 1 " in logs
 
 
 @pytest.mark.slow

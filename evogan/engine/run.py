@@ -17,7 +17,7 @@ import torch
 
 from evogan.api import ROLES, Problem, ProblemContext, SparsityController, Topology, Transport
 from evogan.engine.cell import Cell, CellSettings
-from evogan.engine.rundir import RunDirectory
+from evogan.engine.rundir import RunDirectory, writing
 from evogan.errors import UserError
 from evogan.recipe import Recipe
 from evogan.registry import Registries
@@ -112,16 +112,16 @@ class Driver:
         self.info: RunInfo | None = None
 
     # -------------------------------------------------------------------------------- start
-    def start(self, *, resume: bool) -> RunInfo:
-        if resume:
-            states = {cell.index: self.run_dir.load_checkpoint(cell.index) for cell in self.cells}
+    def start(self, *, resume_at: Mapping[int, int] | None = None) -> RunInfo:
+        """Fresh populations, or each cell from its checkpoint of generation ``resume_at[cell]``."""
+        if resume_at is not None:
             for cell in self.cells:
-                state = states[cell.index]
+                state = self.run_dir.load_checkpoint(cell.index, resume_at[cell.index])
                 if state["recipe"] != self.recipe.digest:
-                    raise UserError(
-                        f"{self.run_dir.checkpoint_path(cell.index)}: checkpoint was written by another recipe"
-                    )
+                    path = self.run_dir.checkpoint_path(cell.index, resume_at[cell.index])
+                    raise UserError(f"{path}: checkpoint was written by another recipe")
                 cell.load_state(state)
+                self.run_dir.discard_checkpoints_after(cell.index, cell.generation)  # an abandoned timeline
             self.run_dir.truncate_records({cell.index: cell.generation for cell in self.cells})
         else:
             for cell in self.cells:
@@ -143,28 +143,37 @@ class Driver:
         return self.info
 
     # -------------------------------------------------------------------------------- loop
-    def run(self, *, resume: bool = False, stop: Callable[[], bool] = lambda: False) -> dict[str, Any]:
-        info = self.start(resume=resume)
+    def run(
+        self, *, resume_at: Mapping[int, int] | None = None, stop: Callable[[], bool] = lambda: False
+    ) -> dict[str, Any]:
+        info = self.start(resume_at=resume_at)
         self.pm.hook.evogan_run_start(run=info)
         interrupted = False
         last = self.recipe.run.generations
         while any(cell.generation < last for cell in self.cells):
-            # Least advanced first: after a restart cells resume at different generations, and a cell
-            # ahead must not wait for a remote neighbour that itself waits for a cell behind it here.
-            for cell in sorted(self.cells, key=lambda c: c.generation):
-                if cell.generation < last:
+            # Only the least advanced cells step: after a restart from different generations, a cell
+            # ahead would wait (up to the exchange timeout) for a neighbour behind it that cannot move
+            # while this process is blocked; the cells behind never wait, so they catch up at full speed.
+            behind = min(cell.generation for cell in self.cells)
+            for cell in self.cells:
+                if cell.generation == behind:
                     self.step_cell(cell)
             if stop() and any(cell.generation < last for cell in self.cells):
                 interrupted = True
                 break
+        self.progress("finishing")
         for cell in self.cells:
             self.checkpoint(cell)
         summary = self.finish(interrupted) if self.summarise else {}
         self.pm.hook.evogan_run_end(run=info, summary=summary, interrupted=interrupted)
         return summary
 
+    def progress(self, phase: str, *, expected: float = 0.0) -> None:
+        """Where the loop is and how long that may take (seconds); a runtime's watchdog listens."""
+
     def step_cell(self, cell: Cell) -> None:
         exchange = self.recipe.exchange
+        self.progress("exchange", expected=exchange.timeout)
         started = time.perf_counter()
         messages = self.transport.gather(
             cell.index,
@@ -178,6 +187,7 @@ class Driver:
         self.pm.hook.evogan_exchange(
             run=self.info, cell=cell.index, generation=cell.generation + 1, received=accepted
         )
+        self.progress("train")
         record, timings = cell.step()
         started = time.perf_counter()
         self.transport.publish(cell.index, cell.message())
@@ -198,25 +208,28 @@ class Driver:
         )
         run = self.recipe.run
         if run.checkpoint_every and cell.generation % run.checkpoint_every == 0:
+            self.progress("checkpoint")
             self.checkpoint(cell)
         if run.samples_every and cell.generation % run.samples_every == 0:
             self.pictures(cell, f"gen-{cell.generation:04d}")
+        self.progress("generation-end")
 
     def checkpoint(self, cell: Cell) -> None:
-        path = self.run_dir.save_checkpoint(cell.index, cell.state())
+        path = self.run_dir.save_checkpoint(cell.index, cell.state(), keep=self.recipe.run.keep_checkpoints)
         self.pm.hook.evogan_checkpoint(run=self.info, cell=cell.index, generation=cell.generation, path=path)
 
     def pictures(self, cell: Cell, label: str) -> None:
         networks, weights = mixture_of(cell)
         rnd = CellRandom.for_generation(self.recipe.run.seed, cell.index, cell.generation, "evaluation")
         path = self.run_dir.path / "samples" / f"{label}-cell-{cell.index:04d}.png"
-        self.settings.problem.save_pictures(
-            networks,
-            weights,
-            path,
-            generator=rnd.torch,
-            title=f"cell {cell.index}, generation {cell.generation} (mixture)",
-        )
+        with writing(path):
+            self.settings.problem.save_pictures(
+                networks,
+                weights,
+                path,
+                generator=rnd.torch,
+                title=f"cell {cell.index}, generation {cell.generation} (mixture)",
+            )
 
     # -------------------------------------------------------------------------------- end
     def finish(self, interrupted: bool) -> dict[str, Any]:
@@ -276,7 +289,8 @@ def write_summary(
     run_dir.write_summary(summary)
     from evogan.engine.plots import plot_metrics
 
-    plot_metrics(run_dir)
+    with writing(run_dir.path / "plots"):
+        plot_metrics(run_dir)
     return summary
 
 
@@ -317,8 +331,9 @@ def score_cells(cells: Sequence[Cell], settings: CellSettings, seed: int) -> dic
 def load_cells(run_dir: RunDirectory, settings: CellSettings, topology: Topology) -> list[Cell]:
     """Every cell from its checkpoint, each holding its neighbours' best individuals (for mixtures)."""
     cells = [Cell(i, topology.neighbours(i), settings) for i in range(topology.cells)]
+    points = run_dir.resume_points(range(topology.cells))
     for cell in cells:
-        cell.load_state(run_dir.load_checkpoint(cell.index))
+        cell.load_state(run_dir.load_checkpoint(cell.index, points[cell.index]))
     for cell in cells:
         for peer in cell.neighbours:
             cell.foreign[peer] = {role: cells[peer].best(role) for role in ROLES}
@@ -336,11 +351,19 @@ def set_threads(threads: int) -> None:
         os.environ.setdefault("OMP_NUM_THREADS", str(threads))
 
 
+def default_threads(processes_here: int) -> int:
+    """This machine's usable cores divided by the worker processes on it (as torchrun does), at least 1:
+    torch's own default gives every process all cores, and two processes on two cores then run ~50x slower."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, cores // max(1, processes_here))
+
+
 __all__ = [
     "Driver",
     "RunInfo",
     "build_settings",
     "build_topology",
+    "default_threads",
     "load_cells",
     "mixture_of",
     "pick_device",

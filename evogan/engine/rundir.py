@@ -5,7 +5,8 @@
         metrics.jsonl        one record per cell per generation (deterministic for a seed)
         timings.jsonl        seconds per phase per cell per generation (not deterministic)
         logs/cell-0003.log   one human-readable line per generation
-        checkpoints/cell-0003.pt
+        checkpoints/cell-0003-g000010.pt   the newest ``run.keep_checkpoints`` per cell, each with the
+        checkpoints/cell-0003-g000010.sha256   digest recorded after it was written and read back
         samples/             pictures of samples; plots/ curves; summary.json at the end
 
 Every file that must never be seen half-written (checkpoints, summary) is written to a temporary file,
@@ -16,11 +17,14 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
+import io
 import json
 import os
+import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +52,17 @@ def atomic_write(path: Path, write: Callable[[Any], None], *, binary: bool = Tru
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+@contextlib.contextmanager
+def writing(path: Path) -> Iterator[None]:
+    """A write into the run directory that fails (disk full, read-only, gone) stops the run with one line
+    naming the file and the cause; the atomic writers leave the previous version of the file intact."""
+    try:
+        yield
+    except OSError as exc:
+        target = exc.filename if exc.filename and path.is_dir() else path  # a folder: name the file
+        raise RunFailure(f"{target}: cannot write: {exc.strerror or exc}") from None
 
 
 class RunDirectory:
@@ -97,7 +112,8 @@ class RunDirectory:
         return self.path / RECIPE_FILE
 
     def write_recipe(self, text: str) -> None:
-        atomic_write(self.recipe_path, lambda f: f.write(text), binary=False)
+        with writing(self.recipe_path):
+            atomic_write(self.recipe_path, lambda f: f.write(text), binary=False)
 
     # -------------------------------------------------------------------------------- records
     @contextlib.contextmanager
@@ -113,16 +129,13 @@ class RunDirectory:
 
     def _append(self, name: str, record: Mapping[str, Any]) -> None:
         line = json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n"
-        try:
-            with self._records_lock(exclusive=False):
-                # One write() per line in append mode: lines from several workers never interleave.
-                fd = os.open(self.path / name, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-                try:
-                    os.write(fd, line.encode())
-                finally:
-                    os.close(fd)
-        except OSError as exc:
-            raise RunFailure(f"{self.path / name}: cannot write: {exc.strerror}") from None
+        with writing(self.path / name), self._records_lock(exclusive=False):
+            # One write() per line in append mode: lines from several workers never interleave.
+            fd = os.open(self.path / name, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, line.encode())
+            finally:
+                os.close(fd)
 
     def append_metrics(self, record: Mapping[str, Any]) -> None:
         self._append(METRICS_FILE, record)
@@ -131,7 +144,8 @@ class RunDirectory:
         self._append(TIMINGS_FILE, record)
 
     def log(self, cell: int, line: str) -> None:
-        with open(self.path / "logs" / f"cell-{cell:04d}.log", "a", encoding="utf-8") as handle:
+        path = self.path / "logs" / f"cell-{cell:04d}.log"
+        with writing(path), open(path, "a", encoding="utf-8") as handle:
             handle.write(line + "\n")
 
     def read_metrics(self) -> list[dict[str, Any]]:
@@ -151,7 +165,7 @@ class RunDirectory:
 
         Only the cells in ``keep_upto`` are touched: a worker resumes its own cells while others append.
         """
-        with self._records_lock(exclusive=True):
+        with writing(self.path / RECORDS_LOCK), self._records_lock(exclusive=True):
             for name in (METRICS_FILE, TIMINGS_FILE):
                 path = self.path / name
                 if not path.exists():
@@ -165,31 +179,107 @@ class RunDirectory:
                     cell = record["cell"]
                     if cell not in keep_upto or record["generation"] <= keep_upto[cell]:
                         kept.append(line + "\n")
-                atomic_write(path, lambda f, kept=kept: f.writelines(kept), binary=False)
+                with writing(path):
+                    atomic_write(path, lambda f, kept=kept: f.writelines(kept), binary=False)
 
     # -------------------------------------------------------------------------------- checkpoints
-    def checkpoint_path(self, cell: int) -> Path:
-        return self.path / "checkpoints" / f"cell-{cell:04d}.pt"
+    def checkpoint_path(self, cell: int, generation: int) -> Path:
+        return self.path / "checkpoints" / f"cell-{cell:04d}-g{generation:06d}.pt"
 
-    def save_checkpoint(self, cell: int, state: Mapping[str, Any]) -> Path:
-        path = self.checkpoint_path(cell)
-        try:
-            atomic_write(path, lambda f: torch.save(dict(state), f))
-        except OSError as exc:
-            raise RunFailure(f"{path}: cannot write checkpoint: {exc.strerror}") from None
+    def checkpoint_generations(self, cell: int) -> list[int]:
+        """Generations with a checkpoint file for ``cell``, newest first (validity not checked)."""
+        found = []
+        for path in (self.path / "checkpoints").glob(f"cell-{cell:04d}-g*.pt"):
+            digits = path.stem.rpartition("-g")[2]
+            if digits.isdigit():
+                found.append(int(digits))
+        return sorted(found, reverse=True)
+
+    def save_checkpoint(self, cell: int, state: Mapping[str, Any], *, keep: int = 3) -> Path:
+        """Write, fsync, read back and compare, then record the digest; only then drop checkpoints older
+        than the newest ``keep``, so a failed or damaged write never costs the previous good one."""
+        generation = int(state["generation"])
+        path = self.checkpoint_path(cell, generation)
+        buffer = io.BytesIO()
+        torch.save(dict(state), buffer)
+        data = buffer.getbuffer()
+        digest = hashlib.sha256(data).hexdigest()
+        with writing(path):
+            atomic_write(path, lambda f: f.write(data))
+            if _file_digest(path) != digest:
+                path.unlink(missing_ok=True)
+                raise RunFailure(f"{path}: checkpoint read back differs from what was written")
+            atomic_write(_digest_path(path), lambda f: f.write(digest + "\n"), binary=False)
+            for old in self.checkpoint_generations(cell)[keep:]:
+                stale = self.checkpoint_path(cell, old)
+                _digest_path(stale).unlink(missing_ok=True)
+                stale.unlink(missing_ok=True)
         return path
 
-    def load_checkpoint(self, cell: int) -> dict[str, Any]:
-        path = self.checkpoint_path(cell)
-        if not path.exists():
-            raise UserError(f"{path}: checkpoint missing for cell {cell}")
+    def read_checkpoint(self, cell: int, generation: int) -> dict[str, Any]:
+        """One checkpoint, checked against its recorded digest; ``CheckpointInvalid`` says why not."""
+        path = self.checkpoint_path(cell, generation)
+        try:
+            recorded = _digest_path(path).read_text(encoding="utf-8").strip()
+            actual = _file_digest(path)
+        except FileNotFoundError:
+            raise CheckpointInvalid(f"{path}: checkpoint or its digest is missing") from None
+        except OSError as exc:
+            raise CheckpointInvalid(f"{path}: cannot read checkpoint: {exc.strerror}") from None
+        if recorded != actual:
+            raise CheckpointInvalid(f"{path}: checkpoint is corrupt (digest differs)")
         try:
             state = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as exc:  # torch raises many kinds for a damaged file
-            raise UserError(f"{path}: checkpoint is corrupt ({type(exc).__name__})") from None
+            raise CheckpointInvalid(f"{path}: checkpoint is corrupt ({type(exc).__name__})") from None
         if not isinstance(state, dict) or state.get("format") != 1 or state.get("cell") != cell:
-            raise UserError(f"{path}: not an evogan checkpoint for cell {cell}")
+            raise CheckpointInvalid(f"{path}: not an evogan checkpoint for cell {cell}")
+        if state.get("generation") != generation:
+            raise CheckpointInvalid(f"{path}: holds generation {state.get('generation')}, not {generation}")
         return state
+
+    def valid_generations(self, cell: int) -> list[int]:
+        """Generations whose checkpoint matches its digest, newest first; one warning per file skipped."""
+        valid = []
+        for generation in self.checkpoint_generations(cell):
+            path = self.checkpoint_path(cell, generation)
+            try:
+                if _digest_path(path).read_text(encoding="utf-8").strip() == _file_digest(path):
+                    valid.append(generation)
+                    continue
+                reason = "corrupt (digest differs)"
+            except OSError:
+                reason = "incomplete (no digest: the write did not finish)"
+            self.warn(f"{path}: skipped, checkpoint {reason}")
+        return valid
+
+    def resume_points(self, cells: Iterable[int]) -> dict[int, int]:
+        """Per cell, the generation to resume from (see :func:`resume_points`); UserError when a cell
+        has no valid checkpoint at all."""
+        available = {cell: self.valid_generations(cell) for cell in cells}
+        missing = [cell for cell, generations in available.items() if not generations]
+        if missing:
+            names = ", ".join(str(self.path / "checkpoints" / f"cell-{c:04d}-g*.pt") for c in missing)
+            raise UserError(f"{names}: no valid checkpoint for cell(s) {', '.join(map(str, missing))}")
+        return resume_points(available)
+
+    def load_checkpoint(self, cell: int, generation: int) -> dict[str, Any]:
+        try:
+            return self.read_checkpoint(cell, generation)
+        except CheckpointInvalid as exc:
+            raise UserError(str(exc)) from None
+
+    def discard_checkpoints_after(self, cell: int, generation: int) -> None:
+        """Remove ``cell``'s checkpoints newer than ``generation`` (a timeline the run does not continue)."""
+        for newer in self.checkpoint_generations(cell):
+            if newer > generation:
+                path = self.checkpoint_path(cell, newer)
+                with writing(path):
+                    _digest_path(path).unlink(missing_ok=True)
+                    path.unlink(missing_ok=True)
+
+    def warn(self, line: str) -> None:
+        print(f"warning: {line}", file=sys.stderr, flush=True)
 
     def discard_if_unused(self) -> bool:
         """Remove a run directory that holds nothing but its recipe (the run failed before any work)."""
@@ -201,12 +291,49 @@ class RunDirectory:
         return True
 
     def has_checkpoints(self) -> bool:
-        return any((self.path / "checkpoints").glob("cell-*.pt"))
+        return any((self.path / "checkpoints").glob("cell-*-g*.pt"))
 
     def write_summary(self, summary: Mapping[str, Any], name: str = SUMMARY_FILE) -> None:
         """``summary.json``, or a worker's ``summary-part-<rank>.json`` that the launcher merges."""
         text = json.dumps(summary, indent=2, sort_keys=True, default=float)
-        atomic_write(self.path / name, lambda f: f.write(text + "\n"), binary=False)
+        with writing(self.path / name):
+            atomic_write(self.path / name, lambda f: f.write(text + "\n"), binary=False)
 
 
-__all__ = ["METRICS_FILE", "RECIPE_FILE", "SUMMARY_FILE", "TIMINGS_FILE", "RunDirectory", "atomic_write"]
+class CheckpointInvalid(Exception):
+    """A checkpoint file that cannot be trusted (missing digest, digest mismatch, unreadable)."""
+
+
+def resume_points(available: Mapping[int, Sequence[int]]) -> dict[int, int]:
+    """The newest generation every cell has a valid checkpoint of, so all cells continue from one
+    consistent point; when the cells share none, each cell's newest (they then catch up)."""
+    common = set.intersection(*(set(gens) for gens in available.values())) if available else set()
+    if common:
+        point = max(common)
+        return {cell: point for cell in available}
+    return {cell: max(gens) for cell, gens in available.items()}
+
+
+def _digest_path(checkpoint: Path) -> Path:
+    return checkpoint.with_suffix(".sha256")
+
+
+def _file_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+__all__ = [
+    "METRICS_FILE",
+    "RECIPE_FILE",
+    "SUMMARY_FILE",
+    "TIMINGS_FILE",
+    "CheckpointInvalid",
+    "RunDirectory",
+    "atomic_write",
+    "resume_points",
+    "writing",
+]

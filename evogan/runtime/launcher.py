@@ -150,14 +150,8 @@ def _environment(values: dict[str, str]) -> Iterator[None]:
 
 
 def _start_generation(run_dir: RunDirectory, cells: int) -> int:
-    generations = []
-    for cell in range(cells):
-        path = run_dir.checkpoint_path(cell)
-        if not path.exists():
-            return 0
-        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-        generations.append(int(state["generation"]))
-    return min(generations, default=0)
+    """Where a ``--resume`` continues; a cell without any valid checkpoint is refused here (exit 2)."""
+    return min(run_dir.resume_points(range(cells)).values(), default=0)
 
 
 def _worker_failure(run_dir: RunDirectory, workers: int, cells: int, cause: BaseException) -> Exception:

@@ -78,7 +78,8 @@ def run_in_process(prepared: PreparedRun, *, stop: Callable[[], bool] = lambda: 
         device=device,
     )
     try:
-        return driver.run(resume=prepared.resume, stop=stop)
+        resume_at = prepared.run_dir.resume_points(range(topology.cells)) if prepared.resume else None
+        return driver.run(resume_at=resume_at, stop=stop)
     finally:
         transport.close()
 

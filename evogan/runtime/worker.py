@@ -41,16 +41,18 @@ from evogan.engine.run import (
     Driver,
     build_settings,
     build_topology,
+    default_threads,
     pick_device,
     problem_summary,
     set_threads,
     write_summary,
 )
-from evogan.engine.rundir import RunDirectory, atomic_write
+from evogan.engine.rundir import RunDirectory, atomic_write, resume_points
 from evogan.errors import EvoganError, MessageRejected, RunFailure, UserError
 from evogan.hookspecs import hookimpl
 from evogan.plugins import make_plugin_manager
 from evogan.registry import Registries
+from evogan.runtime.watchdog import Progress, progress_path, start_watchdog
 
 DEFAULT_TRANSPORT = "zmq"  # when run.workers > 1 and the recipe names none
 FAULT_ENV = "EVOGAN_FAULT"
@@ -116,9 +118,10 @@ class WorkerEnv:
 # ------------------------------------------------------------------------------------ faults
 @dataclass(frozen=True)
 class Fault:
-    """``EVOGAN_FAULT="cell:generation:kill|stop[:seconds]"``: the owner of ``cell`` SIGKILLs (or
-    SIGSTOPs) itself right after that cell's generation ends, in the first incarnation only.
-    Generation 0 fires after the endpoint exchange, before the subscription barrier."""
+    """``EVOGAN_FAULT="cell:generation:kill|stop|freeze[:seconds]"``: the owner of ``cell`` SIGKILLs
+    itself, SIGSTOPs itself for ``seconds``, or freezes (SIGSTOP, never continued) right after that cell's
+    generation ends, in the first incarnation only. Generation 0 fires after the endpoint exchange,
+    before the subscription barrier."""
 
     cell: int
     generation: int
@@ -129,15 +132,18 @@ class Fault:
     def parse(cls, text: str) -> Fault:
         parts = text.split(":")
         try:
-            if len(parts) not in (3, 4) or parts[2] not in ("kill", "stop"):
+            if len(parts) not in (3, 4) or parts[2] not in ("kill", "stop", "freeze"):
                 raise ValueError
             return cls(int(parts[0]), int(parts[1]), parts[2], float(parts[3]) if len(parts) == 4 else 5.0)
         except ValueError:
-            raise UserError(f"{FAULT_ENV}={text!r}: expected cell:generation:kill|stop[:seconds]") from None
+            raise UserError(f"{FAULT_ENV}={text!r}: expected cell:generation:kill|stop|freeze[:seconds]") from None
 
     def fire(self) -> None:
         if self.action == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
+        if self.action == "freeze":
+            os.kill(os.getpid(), signal.SIGSTOP)  # until the watchdog kills us
+            return
         # A stopped process cannot wake itself: a helper sends SIGCONT.
         helper = subprocess.Popen(
             ["sh", "-c", f"sleep {self.seconds}; kill -CONT {os.getpid()}"], start_new_session=True
@@ -277,9 +283,14 @@ def make_transport(recipe: recipes.Recipe, registries: Registries) -> Any:
 class WorkerDriver(Driver):
     """The shared loop; at the end every rank's scores meet over gloo and rank 0 writes the summary."""
 
-    def __init__(self, *args: Any, env: WorkerEnv, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, env: WorkerEnv, beats: Progress, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.env = env
+        self.env, self.beats = env, beats
+
+    def progress(self, phase: str, *, expected: float = 0.0) -> None:
+        # Finishing waits on the slowest rank over gloo and scores the final models: not watched.
+        generation = min(cell.generation for cell in self.cells)
+        self.beats.beat(phase, expected=math.inf if phase == "finishing" else expected, generation=generation)
 
     def finish(self, interrupted: bool) -> dict[str, Any]:
         scores = self.score()
@@ -386,9 +397,15 @@ def run_worker(
     pm = make_plugin_manager(blocked=blocked)
     registries = Registries.from_plugin_manager(pm)
     directory, recipe = _open_run_dir(run_dir, recipe_path, overrides, registries)
-    set_threads(recipe.run.threads)
     topology = build_topology(recipe)
     mine = list(cells_of(env.rank, env.world, topology.cells))
+    threads = recipe.run.threads or default_threads(env.local_world)
+    set_threads(threads)
+    print(
+        f"worker rank {env.rank} cells {mine[0]}-{mine[-1]}: {threads} torch threads "
+        f"({'run.threads' if recipe.run.threads else f'{default_threads(1)} cores / {env.local_world} local workers'})",
+        flush=True,
+    )
     check_devices(recipe.run.device, env.local_world)
     device = pick_device(recipe.run.device, env.local_rank)
     fault = Fault.parse(os.environ[FAULT_ENV]) if os.environ.get(FAULT_ENV) and env.restart == 0 else None
@@ -412,9 +429,7 @@ def run_worker(
         subscribers = {c: [o for o in range(topology.cells) if c in topology.neighbours(o)] for c in mine}
         transport.connect(everyone, peers, subscribers)
         transport.wait_ready()
-        resume = all(directory.checkpoint_path(c).exists() for c in mine)
-        if not resume:
-            directory.truncate_records({c: 0 for c in mine})  # a restart before the first checkpoint
+        resume_at = agree_resume_points(directory, mine, env.world)
         liveness = getattr(transport, "liveness", None)
 
         def annotate(cell: int) -> dict[str, Any]:
@@ -441,12 +456,38 @@ def run_worker(
             workers=env.world,
             annotate=annotate,
             env=env,
+            beats=Progress(
+                progress_path(directory.path, env.rank),
+                rank=env.rank,
+                round_id=f"{env.run_id}/{env.restart}",
+                fixed=recipe.run.watchdog,
+            ),
         )
-        return driver.run(resume=resume, stop=_stopper(directory, env, driver))
+        start_watchdog(directory.path, f"{env.run_id}/{env.restart}", log=_say)
+        return driver.run(resume_at=resume_at, stop=_stopper(directory, env, driver))
     finally:
         transport.close()
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def agree_resume_points(directory: RunDirectory, mine: Sequence[int], world: int) -> dict[int, int] | None:
+    """Every rank's valid checkpoint generations meet over gloo, so all cells of the run resume from one
+    consistent generation (the newest every cell has), or all start afresh when any cell has none.
+    A fresh start removes this rank's checkpoints: they belong to a timeline the run does not continue."""
+    mine_available = {str(c): directory.valid_generations(c) for c in mine}
+    available = {int(c): gens for part in gather_json(mine_available, world) for c, gens in part.items()}
+    if all(available.values()):
+        points = resume_points(available)
+        return {c: points[c] for c in mine}
+    for cell in mine:
+        directory.discard_checkpoints_after(cell, 0)
+    directory.truncate_records({c: 0 for c in mine})
+    return None
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def error_path(run_dir: Path, rank: int) -> Path:

@@ -1,0 +1,164 @@
+"""Checkpoint generations (verified writes, fallback to the newest valid one, one consistent resume point)
+and write failures in the run directory (a full disk at each writer stops the run with one line, loses
+nothing, and the run resumes once space is back)."""
+
+from __future__ import annotations
+
+import builtins
+import errno
+import fnmatch
+import json
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from evogan.cli import _attach_commands, cli
+from evogan.engine.rundir import RunDirectory, resume_points
+from evogan.errors import RunFailure, UserError
+from evogan.runtime.single import prepare, run_in_process
+
+_attach_commands()
+
+
+def run(path: Path, *overrides: str) -> Path:
+    prepared = prepare(path, overrides=overrides)
+    run_in_process(prepared)
+    return prepared.run_dir.path
+
+
+def metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+def test_resume_points_prefer_one_generation_every_cell_shares() -> None:
+    assert resume_points({0: [10, 5], 1: [5, 0], 2: [10, 5]}) == {0: 5, 1: 5, 2: 5}
+    assert resume_points({0: [15, 10], 1: [5]}) == {0: 15, 1: 5}  # nothing shared: each its newest
+
+
+def test_only_the_newest_checkpoints_are_kept_each_with_its_digest(tiny_recipe) -> None:
+    run_dir = run(tiny_recipe(generations=4), "run.keep_checkpoints=2")
+    directory = RunDirectory(run_dir)
+    for cell in range(4):
+        assert directory.checkpoint_generations(cell) == [4, 3]
+        assert directory.valid_generations(cell) == [4, 3]
+    assert not [p for p in (run_dir / "checkpoints").iterdir() if p.name.startswith(".")]
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "no digest"])
+def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_with_one_warning(
+    tiny_recipe, damage: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    path = tiny_recipe(seed=4, generations=4)
+    straight = run(path)
+    run_dir = run(path, "run.generations=3")
+    newest = run_dir / "checkpoints" / "cell-0001-g000003.pt"
+    if damage == "truncated":
+        newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])
+    elif damage == "garbage":
+        newest.write_bytes(os.urandom(2048))
+    else:
+        newest.with_suffix(".sha256").unlink()
+    capfd.readouterr()
+    run_in_process(prepare(None, resume_dir=run_dir, overrides=["run.generations=4"]))
+    warnings = [line for line in capfd.readouterr().err.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and str(newest) in warnings[0]
+    # Every cell went back to generation 2, the newest all of them share, and the run reads as one.
+    assert metrics(run_dir) == metrics(straight)
+
+
+def test_no_valid_checkpoint_for_a_cell_is_one_error_line(tiny_recipe) -> None:
+    run_dir = run(tiny_recipe(generations=2))
+    for generation in (1, 2):
+        (run_dir / "checkpoints" / f"cell-0002-g00000{generation}.pt").write_bytes(b"not a checkpoint")
+    result = invoke("run", "--resume", str(run_dir), "--quiet")
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("error")]
+    assert len(errors) == 1 and "no valid checkpoint for cell(s) 2" in errors[0]
+    with pytest.raises(UserError, match="no valid checkpoint for cell"):
+        run_in_process(prepare(None, resume_dir=run_dir))
+
+
+def test_evaluate_uses_the_newest_valid_checkpoints(tiny_recipe) -> None:
+    run_dir = run(tiny_recipe(generations=2))
+    (run_dir / "checkpoints" / "cell-0000-g000002.pt").write_bytes(b"damaged")
+    result = invoke("evaluate", str(run_dir), "--json")
+    assert result.exit_code == 0
+    scores = json.loads(result.output[result.output.index("{") :])
+    assert {cell["generation"] for cell in scores["cells"].values()} == {1}
+
+
+# ------------------------------------------------------------------------------------------ write failures
+def fail_writes(monkeypatch: pytest.MonkeyPatch, pattern: str, after: int = 0) -> None:
+    """Write-opens of a path matching ``pattern`` fail as on a full disk, after the first ``after``."""
+    real_os_open, real_open = os.open, builtins.open
+    allowed = [after]
+
+    def refuse(path: object) -> None:
+        if fnmatch.fnmatch(os.fspath(path), pattern):  # type: ignore[arg-type]
+            allowed[0] -= 1
+            if allowed[0] >= 0:
+                return
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), os.fspath(path))  # type: ignore[arg-type]
+
+    def os_open(path, flags, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND):
+            refuse(path)
+        return real_os_open(path, flags, *args, **kwargs)
+
+    def open_(file, mode="r", *args, **kwargs):  # type: ignore[no-untyped-def]
+        if isinstance(file, str | os.PathLike) and any(c in mode for c in "wax+"):
+            refuse(file)
+        return real_open(file, mode, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", os_open)
+    monkeypatch.setattr(builtins, "open", open_)
+
+
+@pytest.mark.parametrize(
+    ("writer", "pattern", "after", "named"),
+    [  # each fails from generation 2 on (the first generation's writes go through)
+        ("metrics", "*/metrics.jsonl", 4, "metrics.jsonl"),
+        ("timings", "*/timings.jsonl", 4, "timings.jsonl"),
+        ("cell log", "*/logs/cell-0001.log", 1, "cell-0001.log"),
+        ("checkpoint", "*/.cell-0002-g000002.pt.*", 0, "cell-0002-g000002.pt"),
+        ("sample picture", "*/samples/gen-0002-cell-0003.png", 0, "gen-0002-cell-0003.png"),
+        ("plot", "*/plots/*", 0, "plots/metrics.png"),
+        ("summary", "*/.summary.json.*", 0, "summary.json"),
+    ],
+)
+def test_a_full_disk_stops_the_run_with_one_line_and_the_run_resumes(
+    tiny_recipe, monkeypatch: pytest.MonkeyPatch, writer: str, pattern: str, after: int, named: str
+) -> None:
+    path = tiny_recipe(seed=2, generations=3)
+    straight = run(path)
+    output = path.parent / f"out-{writer.replace(' ', '-')}"
+    with monkeypatch.context() as patch:
+        fail_writes(patch, pattern, after)
+        result = invoke("run", str(path), "--output-dir", str(output), "--set", "run.samples_every=1", "--quiet")
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    errors = [line for line in result.output.splitlines() if line.strip()]
+    assert len(errors) == 1 and "No space left on device" in errors[0], result.output
+    assert f"{named}: cannot write" in errors[0]
+    (run_dir,) = output.iterdir()
+    directory = RunDirectory(run_dir)
+    assert all(directory.valid_generations(cell) for cell in range(4))  # earlier checkpoints intact
+    assert not [p for p in (run_dir / "checkpoints").iterdir() if p.name.startswith(".")]
+    resumed = invoke("run", "--resume", str(run_dir), "--quiet")
+    assert resumed.exit_code == 0, resumed.output
+    assert metrics(run_dir) == metrics(straight)
+
+
+def test_a_checkpoint_write_failure_keeps_the_previous_checkpoint(tiny_recipe, monkeypatch) -> None:
+    run_dir = run(tiny_recipe(generations=1))
+    directory = RunDirectory(run_dir)
+    state = directory.load_checkpoint(0, 1)
+    fail_writes(monkeypatch, "*/.cell-0000-g000002.pt.*")
+    with pytest.raises(RunFailure, match=r"cell-0000-g000002.pt.*No space left on device"):
+        directory.save_checkpoint(0, {**state, "generation": 2}, keep=1)
+    assert directory.valid_generations(0) == [1]
