@@ -126,6 +126,30 @@ def overrides_from(
     metavar="KEY=VALUE",
     help="Override any recipe key, e.g. --set problem.batch_size=64. Repeatable.",
 )
+@click.option(
+    "--run-dir",
+    "run_dir_path",
+    type=click.Path(path_type=Path),
+    help="Use this run directory instead of OUTPUT_DIR/<name>-<timestamp> (the same on every node); "
+    "if it holds checkpoints, the run resumes.",
+)
+@click.option(
+    "--nnodes", type=click.IntRange(min=1), default=1, show_default=True, help="Machines in the run."
+)
+@click.option(
+    "--rdzv-endpoint",
+    metavar="HOST:PORT",
+    default="",
+    help="Where the nodes' agents meet (with --nnodes > 1; hosted by the node whose address it is).",
+)
+@click.option("--rdzv-id", default="", help="Run id the nodes share (default: from the run directory name).")
+@click.option(
+    "--join-timeout",
+    type=click.FloatRange(min=1),
+    default=600.0,
+    show_default=True,
+    help="Seconds a node waits for the others at the rendezvous.",
+)
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
 @click.option(
     "--plain", is_flag=True, help="Plain lines instead of the live view (default when not a terminal)."
@@ -141,12 +165,18 @@ def run(
     output_dir: Path | None,
     workers: int | None,
     sets: tuple[str, ...],
+    run_dir_path: Path | None,
+    nnodes: int,
+    rdzv_endpoint: str,
+    rdzv_id: str,
+    join_timeout: float,
     quiet: bool,
     plain: bool,
     disable: tuple[str, ...],
 ) -> None:
     """Train the grid a RECIPE describes (or --resume a run). Writes runs/<name>-<timestamp>/."""
     from evogan.builtin.reporter import TerminalReporter
+    from evogan.runtime.launcher import Nodes
     from evogan.runtime.single import prepare
 
     console = Console(soft_wrap=True)
@@ -154,11 +184,12 @@ def run(
     reporter = TerminalReporter(console, mode)  # type: ignore[arg-type]
     pm = plugin_manager(disable, (reporter,))
     overrides = overrides_from(seed, generations, grid, output_dir, workers, sets)
-    prepared = prepare(recipe, resume_dir=resume_dir, overrides=overrides, pm=pm)
+    prepared = prepare(recipe, resume_dir=resume_dir, overrides=overrides, pm=pm, run_dir_path=run_dir_path)
+    nodes = Nodes(nnodes, rdzv_endpoint, rdzv_id, join_timeout)
     stop = StopFlag(console)
     previous = signal.signal(signal.SIGINT, stop.handle)
     try:
-        _run_prepared(prepared, stop, console, quiet, disable)
+        _run_prepared(prepared, stop, console, quiet, disable, nodes)
     except UserError:
         if not prepared.resume:  # e.g. missing data: leave no empty run directory behind
             prepared.run_dir.discard_if_unused()
@@ -169,14 +200,16 @@ def run(
         sys.exit(130)
 
 
-def _run_prepared(prepared: Any, stop: StopFlag, console: Console, quiet: bool, disable: tuple[str, ...]) -> None:
+def _run_prepared(
+    prepared: Any, stop: StopFlag, console: Console, quiet: bool, disable: tuple[str, ...], nodes: Any
+) -> None:
     from evogan.runtime.single import run_in_process
 
     try:
-        if prepared.recipe.run.workers > 1:
+        if prepared.recipe.run.workers > 1 or nodes.count > 1:
             from evogan.runtime.launcher import launch
 
-            launch(prepared, stop=stop, console=console, quiet=quiet, blocked=disable)
+            launch(prepared, stop=stop, console=console, quiet=quiet, blocked=disable, nodes=nodes)
         else:
             run_in_process(prepared, stop=stop)
     except KeyboardInterrupt:

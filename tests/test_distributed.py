@@ -432,3 +432,47 @@ def test_unreachable_rendezvous_exits_instead_of_hanging(tiny_recipe, tmp_path: 
         [torchrun(tiny_recipe(), tmp_path / "alone", free_port(), "alone", "--rdzv-conf", "join_timeout=5")], timeout=90
     )
     assert code != 0 and "RendezvousTimeoutError" in text
+
+
+def agent(recipe: Path, run_dir: Path, port: int, *extra: str) -> subprocess.Popen[str]:
+    """``evogan run`` as one node of a two-node run on loopback."""
+    command = [PY, "-m", "evogan", "run", str(recipe), "--run-dir", str(run_dir), "--nnodes", "2"]
+    command += ["--rdzv-endpoint", f"127.0.0.1:{port}", "--workers", "1", "--quiet", *extra]
+    return subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
+
+
+@pytest.mark.slow
+def test_two_evogan_agents_form_one_run_and_a_second_start_resumes(tiny_recipe, tmp_path: Path) -> None:
+    recipe, run_dir = tiny_recipe(generations=2), tmp_path / "two-nodes"
+    port = free_port()
+    results = finish([agent(recipe, run_dir, port) for _ in range(2)])
+    assert [code for code, _ in results] == [0, 0], results
+    assert len(records(run_dir)) == 8 and json.loads((run_dir / "summary.json").read_text())["generations"] == 2
+    port = free_port()
+    results = finish([agent(recipe, run_dir, port, "--generations", "3") for _ in range(2)])
+    assert [code for code, _ in results] == [0, 0], results
+    assert sorted((r["cell"], r["generation"]) for r in records(run_dir)) == [
+        (c, g) for c in range(4) for g in (1, 2, 3)
+    ]
+
+
+@pytest.mark.slow
+def test_a_lonely_agent_ends_with_one_line_naming_the_rendezvous(tiny_recipe, tmp_path: Path) -> None:
+    port = free_port()
+    ((code, text),) = finish([agent(tiny_recipe(), tmp_path / "alone", port, "--join-timeout", "4")], timeout=90)
+    lines = [line for line in text.splitlines() if line.strip()]
+    assert code == 1 and "Traceback" not in text, text
+    assert len(lines) == 1 and f"rendezvous at 127.0.0.1:{port} failed" in lines[0], text
+    assert "Traceback" in (tmp_path / "alone" / "logs" / "launcher-error.txt").read_text()
+
+
+@pytest.mark.slow
+def test_agents_with_different_recipes_end_with_one_line_each(tiny_recipe, tmp_path: Path) -> None:
+    run_dir, port = tmp_path / "mixed-agents", free_port()
+    results = finish([agent(tiny_recipe(seed=1), run_dir, port), agent(tiny_recipe(seed=2), run_dir, port)])
+    for code, text in results:
+        lines = [line for line in text.splitlines() if line.strip()]
+        assert code != 0 and len(lines) == 1 and "Traceback" not in text, text
+        assert "every node must use the same --run-dir name and recipe" in lines[0]

@@ -96,6 +96,19 @@ class RunDirectory:
         return cls(path)
 
     @classmethod
+    def named(cls, path: Path) -> RunDirectory:
+        """A run directory at a path given by the user (the same on every node of a multi-node run),
+        created with its sub-folders when missing."""
+        try:
+            for sub in ("checkpoints", "logs", "samples", "plots"):
+                (path / sub).mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            raise UserError(f"{path}: run directory is not a directory") from None
+        except OSError as exc:
+            raise UserError(f"{path}: cannot create the run directory: {exc.strerror}") from None
+        return cls(path)
+
+    @classmethod
     def open_existing(cls, path: Path) -> RunDirectory:
         if not path.is_dir():
             raise UserError(f"{path}: no such run directory")

@@ -21,8 +21,10 @@ import signal
 import socket
 import sys
 import threading
+import traceback
 import uuid
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -34,8 +36,10 @@ from evogan.engine.rundir import METRICS_FILE, SUMMARY_FILE, TIMINGS_FILE, RunDi
 from evogan.errors import RunFailure, UserError
 from evogan.plugins import BLOCK_ENV, make_plugin_manager
 from evogan.runtime.single import PreparedRun
+from evogan.runtime.watchdog import progress_path
 from evogan.runtime.worker import (
     DEFAULT_TRANSPORT,
+    RECIPE_ENV,
     STOP_FILE,
     cells_of,
     check_devices,
@@ -63,11 +67,11 @@ def rendezvous_endpoint() -> str:
         return f"127.0.0.1:{probe.getsockname()[1]}"
 
 
-def check_launch(prepared: PreparedRun) -> int:
+def check_launch(prepared: PreparedRun, world: int | None = None) -> int:
     """Everything that can be refused before a process starts; returns the cell count."""
     recipe = prepared.recipe
     cells = build_topology(recipe).cells
-    cells_of(0, recipe.run.workers, cells)
+    cells_of(0, world or recipe.run.workers, cells)
     check_devices(recipe.run.device, recipe.run.workers)
     choice = recipes.transport_choice(recipe, prepared.registries, DEFAULT_TRANSPORT)
     if not all(hasattr(choice.component, name) for name in ("bind", "connect", "wait_ready")):
@@ -165,14 +169,57 @@ def _worker_failure(run_dir: RunDirectory, workers: int, cells: int, cause: Base
             lines.append(f"worker {rank} (cells {block.start}-{block.stop - 1}): {message}")
             codes.append(int(code) if code.isdigit() else 1)
     if not lines:
-        first = str(cause).strip().splitlines()
-        detail = next((line for line in first if "exitcode" in line or "error" in line.lower()), "")
-        lines.append(
-            f"a worker failed and max_restarts was exhausted {detail}".strip()
-            + f"; worker output in {run_dir.path / 'logs'}/worker-*.out"
-        )
+        lines.append(_death_line(run_dir, workers, cells, cause))
     text = "; ".join(lines)
     return UserError(text) if codes and all(code == 2 for code in codes) else RunFailure(text)
+
+
+def _agent_failure(run_dir: RunDirectory, world: int, cells: int, error: BaseException, endpoint: str) -> Exception:
+    """One line for whatever ended the elastic agent; torch's own report goes to logs/launcher-error.txt."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.elastic.rendezvous.api import RendezvousError
+
+    if isinstance(error, ChildFailedError):
+        return _worker_failure(run_dir, world, cells, error)
+    report = run_dir.path / "logs" / "launcher-error.txt"
+    with contextlib.suppress(OSError):
+        text = "".join(traceback.format_exception(error))
+        atomic_write(report, lambda f: f.write(text), binary=False)
+    first = (str(error).strip().splitlines() or [""])[0][:200]
+    if isinstance(error, RendezvousError):
+        return RunFailure(
+            f"rendezvous at {endpoint} failed ({type(error).__name__}: {first}): is the node that hosts it "
+            f"running, and the port open and free? torch's report in {report}"
+        )
+    return RunFailure(f"the elastic agent failed ({type(error).__name__}: {first}); torch's report in {report}")
+
+
+def _death_line(run_dir: RunDirectory, workers: int, cells: int, cause: BaseException) -> str:
+    """Which worker died and how, from torch's ChildFailedError; its whole report goes to logs/."""
+    report = run_dir.path / "logs" / "launcher-error.txt"
+    with contextlib.suppress(OSError):
+        atomic_write(report, lambda f: f.write(f"{type(cause).__name__}: {cause}\n"), binary=False)
+    failures = dict(getattr(cause, "failures", None) or {})
+    # The agent SIGTERMs the survivors of a death: the worker that died first is the one to name.
+    dead = {r: f for r, f in failures.items() if f.exitcode != -signal.SIGTERM} or failures
+    parts = []
+    for rank, failure in sorted(dead.items()):
+        block = cells_of(rank, workers, cells) if rank < workers else range(0)
+        how = (
+            f"killed by {signal.Signals(-failure.exitcode).name}"
+            if failure.exitcode < 0 and -failure.exitcode in signal.valid_signals()
+            else f"exit code {failure.exitcode}"
+        )
+        started = progress_path(run_dir.path, rank).exists()
+        parts.append(
+            f"worker {rank} (cells {block.start}-{block.stop - 1}) {how}"
+            + ("" if started else " during start-up")
+        )
+    what = ", ".join(parts) or f"the worker group failed ({type(cause).__name__})"
+    return (
+        f"{what}, and run.max_restarts is exhausted; worker output in {run_dir.path / 'logs'}/worker-*.out, "
+        f"torch's report in {report}"
+    )
 
 
 def _write_order(run_dir: RunDirectory, order: dict[str, Any]) -> None:
@@ -194,6 +241,18 @@ def _kill_workers(run_dir: RunDirectory, workers: int) -> None:
                 os.kill(pid, signal.SIGKILL)
 
 
+@dataclass(frozen=True)
+class Nodes:
+    """Several machines: every node runs ``evogan run RECIPE --run-dir DIR --nnodes N --rdzv-endpoint
+    HOST:PORT`` with the same values; the agents meet at the endpoint (c10d, hosted by the node whose
+    address it is) and the workers share the grid. One node (the default) picks a free loopback port."""
+
+    count: int = 1
+    endpoint: str = ""
+    rdzv_id: str = ""
+    join_timeout: float = 600.0
+
+
 def launch(
     prepared: PreparedRun,
     *,
@@ -202,6 +261,7 @@ def launch(
     quiet: bool = False,
     blocked: Sequence[str] = (),
     poll: float = 0.2,
+    nodes: Nodes = Nodes(),
 ) -> dict[str, Any]:
     """Run the workers to the end; return the summary (rank 0 wrote it). ``console``/``quiet`` are
     accepted for the CLI's call; the view itself is the plugin manager's reporter."""
@@ -209,14 +269,19 @@ def launch(
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     recipe, run_dir, pm = prepared.recipe, prepared.run_dir, prepared.pm
-    workers = recipe.run.workers
-    cells = check_launch(prepared)
-    endpoint = rendezvous_endpoint()
-    run_id = f"evogan-{uuid.uuid4().hex[:12]}"
+    workers = recipe.run.workers  # on this node
+    world = workers * nodes.count
+    cells = check_launch(prepared, world)
+    if nodes.count > 1:
+        if not nodes.endpoint:
+            raise UserError("--nnodes > 1 needs --rdzv-endpoint HOST:PORT (the same on every node)")
+        endpoint, run_id = nodes.endpoint, nodes.rdzv_id or f"evogan-{run_dir.run_id}"
+    else:
+        endpoint, run_id = rendezvous_endpoint(), f"evogan-{uuid.uuid4().hex[:12]}"
     stale = (
         run_dir.path / STOP_FILE,
         run_dir.path / SUMMARY_FILE,
-        *(error_path(run_dir.path, r) for r in range(workers)),
+        *(error_path(run_dir.path, r) for r in range(world)),
     )
     for path in stale:
         path.unlink(missing_ok=True)
@@ -234,17 +299,17 @@ def launch(
         generations=recipe.run.generations,
         start_generation=_start_generation(run_dir, cells) if prepared.resume else 0,
         device=recipe.run.device,
-        workers=workers,
+        workers=world,
     )
     config = LaunchConfig(
-        min_nodes=1,
-        max_nodes=1,
+        min_nodes=nodes.count,
+        max_nodes=nodes.count,
         nproc_per_node=workers,
         run_id=run_id,
         role="evogan",
         rdzv_backend="c10d",
         rdzv_endpoint=endpoint,
-        rdzv_configs={"join_timeout": 60},
+        rdzv_configs={"join_timeout": nodes.join_timeout if nodes.count > 1 else 60},
         rdzv_timeout=120,
         max_restarts=recipe.run.max_restarts,
         monitor_interval=0.1,
@@ -267,6 +332,7 @@ def launch(
     environment = {
         "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",  # restarts break without it (pytorch#135712)
         "EVOGAN_LAUNCHER": "1",
+        RECIPE_ENV: recipe.to_toml(),
         BLOCK_ENV: ",".join(filter(None, [os.environ.get(BLOCK_ENV, ""), *blocked])),
     }
     tail = Tail(run_dir)
@@ -302,7 +368,7 @@ def launch(
     error = outcome["error"]
     if error is not None:
         hooks["evogan_run_end"](run=info, summary={}, interrupted=True)
-        raise _worker_failure(run_dir, workers, cells, error)
+        raise _agent_failure(run_dir, world, cells, error, endpoint)
     (run_dir.path / STOP_FILE).unlink(missing_ok=True)
     try:
         summary = json.loads((run_dir.path / SUMMARY_FILE).read_text(encoding="utf-8"))
@@ -312,4 +378,4 @@ def launch(
     return summary
 
 
-__all__ = ["PORT_ENV", "Tail", "check_launch", "launch", "rendezvous_endpoint"]
+__all__ = ["PORT_ENV", "Nodes", "Tail", "check_launch", "launch", "rendezvous_endpoint"]

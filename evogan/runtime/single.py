@@ -32,13 +32,25 @@ def prepare(
     resume_dir: Path | None = None,
     overrides: Iterable[str] = (),
     pm: pluggy.PluginManager | None = None,
+    run_dir_path: Path | None = None,
 ) -> PreparedRun:
-    """Validate the recipe and create (or reopen, for ``--resume``) the run directory.
+    """Validate the recipe and create (or reopen, for ``--resume``) the run directory; ``run_dir_path``
+    names it instead of ``<name>-<timestamp>`` (every node of a multi-node run names the same one, and a
+    second start of the same command resumes it).
 
     Nothing is written before the recipe validates.
     """
     pm = pm or make_plugin_manager()
     registries = Registries.from_plugin_manager(pm)
+    if run_dir_path is not None and resume_dir is None:
+        if recipe_path is None:
+            existing = RunDirectory.open_existing(run_dir_path)
+            recipe = recipes.load(existing.recipe_path, registries, overrides)
+        else:
+            recipe = recipes.load(recipe_path, registries, overrides)
+        run_dir = RunDirectory.named(run_dir_path)
+        run_dir.write_recipe(recipe.to_toml())  # the workers read it; checkpoints guard against another recipe
+        return PreparedRun(recipe, run_dir, pm, registries, resume=run_dir.has_checkpoints())
     if resume_dir is not None:
         run_dir = RunDirectory.open_existing(resume_dir)
         if not run_dir.has_checkpoints():

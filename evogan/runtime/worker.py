@@ -27,6 +27,7 @@ import subprocess
 import sys
 import threading
 import time
+import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -56,6 +57,7 @@ from evogan.runtime.watchdog import Progress, progress_path, start_watchdog
 
 DEFAULT_TRANSPORT = "zmq"  # when run.workers > 1 and the recipe names none
 FAULT_ENV = "EVOGAN_FAULT"
+RECIPE_ENV = "EVOGAN_RECIPE"  # the recipe as TOML text, set by `evogan run` for its own workers
 STOP_FILE = "STOP"
 ROW_BYTES = 512  # one endpoint (or run tag) per row of the exchange tensor
 
@@ -366,11 +368,13 @@ def _open_run_dir(
 ) -> tuple[RunDirectory, recipes.Recipe]:
     if recipe_path is None:
         directory = RunDirectory.open_existing(run_dir)
+        text = os.environ.get(RECIPE_ENV)
+        if text:  # this node's agent's recipe: with a shared run directory, another node's is not ours
+            data = recipes.apply_overrides(tomllib.loads(text), overrides, str(directory.recipe_path))
+            return directory, recipes.validate(data, registries, path=directory.recipe_path)
         return directory, recipes.load(directory.recipe_path, registries, overrides)
     recipe = recipes.load(recipe_path, registries, overrides)
-    for sub in ("checkpoints", "logs", "samples", "plots"):
-        (run_dir / sub).mkdir(parents=True, exist_ok=True)
-    directory = RunDirectory(run_dir)
+    directory = RunDirectory.named(run_dir)
     if not directory.recipe_path.exists():  # every local worker writes the same bytes atomically
         directory.write_recipe(recipe.to_toml())
     return directory, recipe
@@ -412,7 +416,9 @@ def run_worker(
     if fault is not None and fault.cell in mine and fault.generation > 0:
         pm.register(FaultPlugin(fault))
     transport = make_transport(recipe, registries)
+    clock = time.monotonic()
     settings = build_settings(recipe, registries, directory, device)
+    stages = {"settings": time.monotonic() - clock}
     timeout = max(600.0, 10 * recipe.exchange.timeout)
     pid_path(directory.path, env.rank).write_text(f"{os.getpid()}\n")
     try:
@@ -428,8 +434,17 @@ def run_worker(
         peers = {c: topology.neighbours(c) for c in mine}
         subscribers = {c: [o for o in range(topology.cells) if c in topology.neighbours(o)] for c in mine}
         transport.connect(everyone, peers, subscribers)
+        stages["endpoints"] = time.monotonic() - clock - sum(stages.values())
         transport.wait_ready()
+        stages["barrier"] = time.monotonic() - clock - sum(stages.values())
         resume_at = agree_resume_points(directory, mine, env.world)
+        stages["resume point"] = time.monotonic() - clock - sum(stages.values())
+        print(
+            f"worker rank {env.rank} ready {time.ctime()}: "
+            + ", ".join(f"{stage} {seconds:.2f} s" for stage, seconds in stages.items())
+            + (f"; resuming at generations {sorted(set(resume_at.values()))}" if resume_at else "; fresh start"),
+            flush=True,
+        )
         liveness = getattr(transport, "liveness", None)
 
         def annotate(cell: int) -> dict[str, Any]:
