@@ -5,6 +5,7 @@ nothing, and the run resumes once space is back)."""
 from __future__ import annotations
 
 import builtins
+import contextlib
 import errno
 import fnmatch
 import json
@@ -17,6 +18,7 @@ from click.testing import CliRunner
 from evogan.cli import _attach_commands, cli
 from evogan.engine.rundir import RunDirectory, resume_points
 from evogan.errors import RunFailure, UserError
+from evogan.hookspecs import hookimpl
 from evogan.runtime.single import prepare, run_in_process
 
 _attach_commands()
@@ -162,3 +164,70 @@ def test_a_checkpoint_write_failure_keeps_the_previous_checkpoint(tiny_recipe, m
     with pytest.raises(RunFailure, match=r"cell-0000-g000002.pt.*No space left on device"):
         directory.save_checkpoint(0, {**state, "generation": 2}, keep=1)
     assert directory.valid_generations(0) == [1]
+
+
+# ------------------------------------------------------------------------------------------ a real small disk
+@pytest.fixture
+def small_disk(tmp_path: Path):
+    """A 4 MiB tmpfs (root only; skipped where mounting is not allowed)."""
+    import subprocess
+
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], capture_output=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.decode().strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+class Saboteur:
+    """After generation 2 of cell 0, fill the disk (or make it read-only)."""
+
+    def __init__(self, mount: Path, how: str) -> None:
+        self.mount, self.how = mount, how
+
+    @hookimpl
+    def evogan_generation_end(self, cell: int, generation: int) -> None:
+        import subprocess
+
+        if (cell, generation) != (0, 2):
+            return
+        if self.how == "read-only":
+            subprocess.run(["mount", "-o", "remount,ro", str(self.mount)], check=True)
+            return
+        with open(self.mount / "filler", "wb", buffering=0) as handle:
+            for chunk in (65536, 4096, 1):  # to the last byte
+                with contextlib.suppress(OSError):
+                    while True:
+                        handle.write(b"\0" * chunk)
+
+
+@pytest.mark.parametrize(("how", "cause"), [("full", "No space left on device"), ("read-only", "Read-only")])
+def test_a_real_full_or_read_only_disk_stops_the_run_and_it_resumes(
+    tiny_recipe, small_disk: Path, how: str, cause: str
+) -> None:
+    import subprocess
+
+    from evogan.plugins import make_plugin_manager
+
+    path = tiny_recipe(seed=9, generations=4)
+    straight = run(path)
+    prepared = prepare(
+        path,
+        overrides=[f'run.output_dir="{small_disk}"'],
+        pm=make_plugin_manager(extra=[Saboteur(small_disk, how)]),
+    )
+    with pytest.raises(RunFailure, match=cause) as failure:
+        run_in_process(prepared)
+    assert str(prepared.run_dir.path) in str(failure.value) and "\n" not in str(failure.value)
+    if how == "read-only":
+        subprocess.run(["mount", "-o", "remount,rw", str(small_disk)], check=True)
+    else:
+        (small_disk / "filler").unlink()
+    directory = RunDirectory(prepared.run_dir.path)
+    assert all(directory.valid_generations(cell) for cell in range(4))
+    run_in_process(prepare(None, resume_dir=prepared.run_dir.path))
+    assert metrics(prepared.run_dir.path) == metrics(straight)
