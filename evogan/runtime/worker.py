@@ -405,20 +405,23 @@ def run_worker(
     mine = list(cells_of(env.rank, env.world, topology.cells))
     threads = recipe.run.threads or default_threads(env.local_world)
     set_threads(threads)
-    print(
-        f"worker rank {env.rank} cells {mine[0]}-{mine[-1]}: {threads} torch threads "
-        f"({'run.threads' if recipe.run.threads else f'{default_threads(1)} cores / {env.local_world} local workers'})",
-        flush=True,
-    )
+    why = "run.threads" if recipe.run.threads else f"{default_threads(1)} cores / {env.local_world} local workers"
+    print(f"worker rank {env.rank} cells {mine[0]}-{mine[-1]}: {threads} torch threads ({why})", flush=True)
     check_devices(recipe.run.device, env.local_world)
     device = pick_device(recipe.run.device, env.local_rank)
     fault = Fault.parse(os.environ[FAULT_ENV]) if os.environ.get(FAULT_ENV) and env.restart == 0 else None
     if fault is not None and fault.cell in mine and fault.generation > 0:
         pm.register(FaultPlugin(fault))
     transport = make_transport(recipe, registries)
+    stages: dict[str, float] = {}  # seconds per start-up stage, for the log
     clock = time.monotonic()
+
+    def lap(stage: str) -> None:
+        nonlocal clock
+        stages[stage], clock = time.monotonic() - clock, time.monotonic()
+
     settings = build_settings(recipe, registries, directory, device)
-    stages = {"settings": time.monotonic() - clock}
+    lap("settings")
     timeout = max(600.0, 10 * recipe.exchange.timeout)
     pid_path(directory.path, env.rank).write_text(f"{os.getpid()}\n")
     try:
@@ -434,11 +437,11 @@ def run_worker(
         peers = {c: topology.neighbours(c) for c in mine}
         subscribers = {c: [o for o in range(topology.cells) if c in topology.neighbours(o)] for c in mine}
         transport.connect(everyone, peers, subscribers)
-        stages["endpoints"] = time.monotonic() - clock - sum(stages.values())
+        lap("endpoints")
         transport.wait_ready()
-        stages["barrier"] = time.monotonic() - clock - sum(stages.values())
+        lap("barrier")
         resume_at = agree_resume_points(directory, mine, env.world)
-        stages["resume point"] = time.monotonic() - clock - sum(stages.values())
+        lap("resume point")
         print(
             f"worker rank {env.rank} ready {time.ctime()}: "
             + ", ".join(f"{stage} {seconds:.2f} s" for stage, seconds in stages.items())
