@@ -287,3 +287,18 @@ def test_substep_is_validated(tiny_recipe) -> None:
         header["substep"] = bad
         with pytest.raises(MessageRejected, match="substep"):
             envelope.parse_header([frames[0], json.dumps(header).encode(), frames[2]], max_bytes=10)
+
+
+def test_transports_hold_a_bounded_number_of_messages_from_inside_generations() -> None:
+    transport = InProcessTransport(InProcessTransport.Options(keep=3))
+    for generation in range(4):
+        for substep in range(0, 50, 5):
+            transport.publish(0, envelope.encode({}, run="r", cell=0, generation=generation, substep=substep))
+    held = sorted(transport._messages[0])
+    assert held == [(1, 0), (2, 0), (3, 0), (3, 35), (3, 40), (3, 45)]
+
+    def got(generation: int, substep: int) -> tuple[int, int]:
+        frames = transport.gather(1, [0], generation, max_staleness=0, timeout=1, substep=substep)[0]
+        return envelope.stamp(envelope.parse_header(frames, max_bytes=1 << 20))
+
+    assert got(3, 40) == (3, 40) and got(2, 0) == (2, 0) and got(3, 20) == (3, 0) and got(9, 0) == (3, 45)

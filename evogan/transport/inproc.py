@@ -21,10 +21,13 @@ def pick(held: dict[tuple[int, int], list], wanted: tuple[int, int]) -> tuple[in
 
 
 def forget_old(held: dict[tuple[int, int], list], keep: int) -> None:
-    """Drop the messages of all but the newest ``keep`` generations (each may hold several substeps)."""
+    """Keep the messages of the newest ``keep`` generations, and of those sent inside a generation
+    (substep > 0) only the newest ``keep``: a long generation exchanged every few batches would
+    otherwise hold hundreds of models per neighbour. Lockstep needs one point back at most."""
     newest = max(held)[0]
-    for old in [k for k in held if k[0] <= newest - keep]:
-        del held[old]
+    inside = sorted(k for k in held if k[1])
+    for old in [k for k in held if k[0] <= newest - keep] + inside[:-keep]:
+        held.pop(old, None)
 
 
 class InProcessTransport(Transport):
@@ -38,7 +41,9 @@ class InProcessTransport(Transport):
     description: ClassVar[str] = "all cells in one process; messages kept in memory (the reference mode)"
 
     class Options(Options):
-        keep: int = Field(3, ge=1, description="generations of messages kept per cell")
+        keep: int = Field(
+            3, ge=1, description="generations of messages kept per cell (and messages from inside generations)"
+        )
 
     def __init__(self, options: Options) -> None:
         super().__init__(options)

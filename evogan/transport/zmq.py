@@ -131,7 +131,11 @@ class ZmqTransport(Transport):
         barrier_timeout: float = Field(
             default=30.0, gt=0, description="seconds wait_ready waits for every peer"
         )
-        keep: int = Field(default=3, ge=1, description="generations of messages kept per neighbour")
+        keep: int = Field(
+            default=3,
+            ge=1,
+            description="generations of messages kept per neighbour (and messages from inside generations)",
+        )
 
     options: ZmqTransport.Options
 
