@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import torch
 from click.testing import CliRunner
+from test_run import metrics, run  # pytest puts tests/ on sys.path (rootdir conftest, prepend mode)
 
 from evogan.cli import cli
 from evogan.engine.cell import Cell
@@ -27,22 +28,6 @@ from evogan.transport import envelope
 from evogan.transport.inproc import InProcessTransport
 
 SPARSE = '{use="rigl", density_g=0.3, density_d=0.5, g_interval=2, total_steps=16}'
-
-
-def run(path: Path, *overrides: str, stop_after: int | None = None) -> Path:
-    prepared = prepare(path, overrides=overrides)
-    calls = {"n": 0}
-
-    def stop() -> bool:
-        calls["n"] += 1
-        return stop_after is not None and calls["n"] >= stop_after
-
-    run_in_process(prepared, stop=stop)
-    return prepared.run_dir.path
-
-
-def metrics(run_dir: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
 def without(records: Sequence[dict[str, Any]], *keys: str) -> list[dict[str, Any]]:
