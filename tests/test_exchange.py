@@ -213,7 +213,7 @@ def test_bad_optimizer_tensors_are_dropped_and_counted(tiny_recipe) -> None:
     ):
         frames = envelope.encode(bad, run="run", cell=0, generation=1, meta=received.header["meta"])
         assert receiver.receive({0: frames}) == {}
-    assert sum(receiver.exchange.dropped.values()) == 3
+    assert receiver.exchange.dropped == {"optimizer state": 3}
 
 
 def test_a_clone_owns_its_optimizer_state(tiny_recipe) -> None:
@@ -287,3 +287,16 @@ def test_transports_hold_a_bounded_number_of_messages_from_inside_generations() 
         return envelope.stamp(envelope.parse_header(frames, max_bytes=1 << 20))
 
     assert got(3, 40) == (3, 40) and got(2, 0) == (2, 0) and got(3, 20) == (3, 0) and got(9, 0) == (3, 45)
+
+
+def test_moments_of_a_masked_weight_must_come_with_its_mask(tiny_recipe) -> None:
+    sender, receiver = two_cells(tiny_recipe(), "exchange.optimizer_state=true", f"sparsity={SPARSE}")
+    received = envelope.decode(sender.message(), max_bytes=1 << 30)
+    values = next(k for k in received.tensors if k.startswith(PREFIX) and k.endswith("/exp_avg.__values__"))
+    name = values.removesuffix(".__values__")
+    dense = {k: v for k, v in received.tensors.items() if not k.startswith(name + ".__")}
+    shape = [int(d) for d in received.tensors[name + ".__shape__"].tolist()]
+    dense[name] = torch.ones(shape)  # sent dense: nonzero where the weight is masked
+    frames = envelope.encode(dense, run="run", cell=0, generation=1, meta=received.header["meta"])
+    assert receiver.receive({0: frames}) == {}
+    assert receiver.exchange.dropped == {"optimizer state": 1}

@@ -12,6 +12,7 @@ the receiver builds the optimizer from its own recipe and the sender's learning 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import cast
 
 import torch
 
@@ -73,21 +74,21 @@ def checked_state(
         parameter, _, key = rest.rpartition("/")
         target = expected.get(f"{role}/{parameter}")
         if role not in ("generator", "discriminator") or not key or target is None:
-            raise MessageRejected(f"optimizer tensor {name!r} names no local parameter")
+            raise MessageRejected(f"optimizer state: tensor {name!r} names no local parameter")
         dtype, shape = target
         if tuple(tensor.shape) not in (shape, ()) or not tensor.is_floating_point():
-            raise MessageRejected(f"optimizer tensor {name!r}: dtype or shape does not fit its parameter")
+            raise MessageRejected(f"optimizer state: tensor {name!r} does not fit its parameter")
         if tuple(tensor.shape) == shape and tensor.dtype != dtype:
-            raise MessageRejected(f"optimizer tensor {name!r}: dtype differs from its parameter")
+            raise MessageRejected(f"optimizer state: tensor {name!r} differs in dtype from its parameter")
         weight_mask, mask = weight_masks.get(f"{role}/{parameter}"), masks.get(name)
-        masked = tuple(tensor.shape) == shape and weight_mask is not None
-        if masked and (mask is None or not torch.equal(mask, weight_mask)):
-            raise MessageRejected(f"optimizer tensor {name!r}: mask differs from its weight's")
-        out.setdefault(role, {}).setdefault(parameter, {})[key] = tensor  # type: ignore[index]
+        per_element = weight_mask is not None and tuple(tensor.shape) == shape
+        if per_element and (mask is None or weight_mask is None or not torch.equal(mask, weight_mask)):
+            raise MessageRejected(f"optimizer state: tensor {name!r} has another mask than its weight")
+        out.setdefault(cast(Role, role), {}).setdefault(parameter, {})[key] = tensor
     for role, parameters in out.items():
         keys = {frozenset(entry) for entry in parameters.values()}
         if len(keys) != 1:
-            raise MessageRejected(f"optimizer state of the {role}: parameters carry different keys")
+            raise MessageRejected(f"optimizer state: the {role}'s parameters carry different keys")
     return out
 
 
