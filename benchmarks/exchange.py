@@ -1,13 +1,15 @@
 """Exchange cost: envelope vs raw tensor bytes vs the original Lipizzaner encoding; latency over tcp/ipc.
 
-    .venv/bin/python benchmarks/exchange.py            # about a minute on 2 shared cores
+    .venv/bin/python benchmarks/exchange.py                # about a minute on 2 shared cores
+    .venv/bin/python benchmarks/exchange.py --bytes-only   # only the optimizer-state bytes table
 
 For the MNIST MLP pair and the DCGAN-64 pair (one bundle = best G + best D, weights and buffers, fp32) it
 prints: raw tensor bytes, bytes of the envelope on the wire (frames plus ZMTP framing) and the overhead
 ratio; encode and decode time next to a plain memory copy of the same bytes; Lipizzaner's encoding
 (torch.save of state_dict and Adam state -> base64 -> JSON) time and bytes; the per-exchange latency
 (``publish`` here -> ``gather`` returns in a second process) over tcp and ipc; and the bytes moved into a
-cell per generation on the 2x2 MNIST settings.
+cell per generation on the 2x2 MNIST settings; and the bytes of one message with and without the optimizer
+state (``exchange.optimizer_state``), dense and at 30 % density.
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ from torch import nn
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from evogan.engine.optimizer_state import optimizer_tensors  # noqa: E402
+from evogan.engine.population import Individual  # noqa: E402
+from evogan.sparse.wire import encode_sparse  # noqa: E402
 from evogan.transport import envelope  # noqa: E402
 from evogan.transport.zmq import ZmqTransport  # noqa: E402
 
@@ -141,6 +146,55 @@ def lipizzaner_decode(text: str) -> None:
         torch.load(io.BytesIO(base64.b64decode(item["optimizer_state"])), weights_only=True)
 
 
+# ------------------------------------------------------------------------------------------ optimizer state
+def trained_individual(role: str, net: nn.Module, density: float | None) -> Individual:
+    """An individual after one Adam step; with ``density``, every weight matrix masked at random to that
+    density (weights and moments zero where masked, as the sparse trainers keep them)."""
+    optimizer = adam_for(net)
+    masks: dict[str, torch.Tensor] = {}
+    if density is not None:
+        generator = torch.Generator().manual_seed(0)
+        for name, param in net.named_parameters():
+            if param.dim() >= 2:
+                masks[name] = torch.rand(param.shape, generator=generator) < density
+                with torch.no_grad():
+                    param.mul_(masks[name])
+                    for value in optimizer.state[param].values():
+                        if value.shape == param.shape:
+                            value.mul_(masks[name])
+    return Individual(role=role, network=net, optimizer=optimizer, hyper={"lr": 2e-4}, origin=0, uid="0/X",  # type: ignore[arg-type]
+                      sparse={"masks": masks} if masks else {})  # fmt: skip
+
+
+def message_bytes(g: nn.Module, d: nn.Module, *, optimizer: bool, density: float | None = None) -> int:
+    """Bytes on the wire of one message as ``Cell.message`` builds it (weights, optionally optimizer state)."""
+    tensors: dict[str, torch.Tensor] = {}
+    for role, net in (("generator", g), ("discriminator", d)):
+        individual = trained_individual(role, net, density)
+        masks = individual.sparse.get("masks") or {}
+        state = {f"{role}/{k}": v for k, v in net.state_dict().items()}
+        tensors.update(encode_sparse(state, {f"{role}/{k}": m for k, m in masks.items()}))
+        if optimizer:
+            tensors.update(encode_sparse(*optimizer_tensors(role, individual)))  # type: ignore[arg-type]
+    return zmtp_bytes(envelope.encode(tensors, run="bench", cell=0, generation=0))
+
+
+def optimizer_state_table() -> None:
+    print("\n## Bytes per exchange with and without optimizer state (one message: best G + best D)\n")
+    print("| pair | weights only | with Adam state (moments + step) | ratio |")
+    print("|---|---|---|---|")
+    for name, make, density in (
+        ("MNIST MLP", mnist_pair, None),
+        ("MNIST MLP, weight matrices at 30 % density (sparse wire format)", mnist_pair, 0.3),
+        ("DCGAN-64", dcgan_pair, None),
+    ):
+        torch.manual_seed(0)
+        without = message_bytes(*make(), optimizer=False, density=density)
+        torch.manual_seed(0)
+        with_state = message_bytes(*make(), optimizer=True, density=density)
+        print(f"| {name} | {without / MB:.3f} MB | {with_state / MB:.3f} MB | {with_state / without:.2f}x |")
+
+
 # ------------------------------------------------------------------------------------------ latency
 CHILD = """
 import sys, time
@@ -227,6 +281,9 @@ def measure(name: str, g: nn.Module, d: nn.Module, reps: int) -> Row:
 def main() -> None:
     torch.manual_seed(0)
     torch.set_num_threads(1)
+    if "--bytes-only" in sys.argv:
+        optimizer_state_table()
+        return
     reps = {"MNIST MLP": 30, "DCGAN-64": 10}
     rows = [measure("MNIST MLP", *mnist_pair(), reps["MNIST MLP"]), measure("DCGAN-64", *dcgan_pair(), 10)]
 
@@ -270,6 +327,7 @@ def main() -> None:
         f"{theirs / MB:.2f} MB ({theirs / ours:.1f}x)"
     )
     print(f"- original, figure from the issue: 27.5 MB ({27.5e6 / ours:.1f}x)")
+    optimizer_state_table()
 
 
 if __name__ == "__main__":

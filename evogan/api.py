@@ -205,8 +205,16 @@ class Problem(Component):
         real: torch.Tensor,
         *,
         generator: torch.Generator,
+        score: Sequence[Role] = ROLES,
+        memo: dict[nn.Module, Any] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """All-vs-all losses: ``(g_loss[len(G), len(D)], d_loss[len(D), len(G)])``."""
+        """All-vs-all losses: ``(g_loss[len(G), len(D)], d_loss[len(D), len(G)])``.
+
+        Only the roles in ``score`` need values (the other matrix may hold anything). ``memo`` lets one
+        generation's evaluations on the same ``real`` batch share work: the problem may store outputs
+        that depend on one network and ``real`` only (a discriminator's logits on it), keyed by that
+        network; the engine removes every network that changes (trained, or replaced by a neighbour's
+        newer model), so what is found is exactly what would be computed again."""
         raise NotImplementedError
 
     def generator_step(
@@ -357,10 +365,19 @@ class Transport(Component):
         raise NotImplementedError
 
     def gather(
-        self, cell: int, peers: Sequence[int], generation: int, *, max_staleness: int, timeout: float
+        self,
+        cell: int,
+        peers: Sequence[int],
+        generation: int,
+        *,
+        max_staleness: int,
+        timeout: float,
+        substep: int = 0,
     ) -> dict[int, list[bytes | memoryview]]:
-        """Frames of each peer's message for ``generation`` (or the newest no older than
-        ``generation - max_staleness``, waiting at most ``timeout`` seconds; then whatever is newest)."""
+        """Frames of each peer's message for ``(generation, substep)`` (or the newest no older than
+        ``(generation - max_staleness, substep)``, waiting at most ``timeout`` seconds; then whatever is
+        newest). Messages are ordered by their header's ``(generation, substep)``; the engine passes
+        ``substep`` only for exchanges inside a generation (``exchange.every_batches``)."""
         raise NotImplementedError
 
     def close(self) -> None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from evogan.api import Component, Options
 from evogan.errors import RecipeError, UserError
@@ -84,10 +84,31 @@ class ExchangeSection(_Table):
     )
     max_staleness: int = Field(0, ge=0, description="accept neighbour models this many generations old")
     timeout: float = Field(60.0, gt=0, description="seconds to wait for fresh neighbour models")
+    every_batches: int = Field(
+        0,
+        ge=0,
+        description="also exchange after every k training batches inside a generation (0: once per generation)",
+    )
+    optimizer_state: Literal["auto", True, False] = Field(
+        "auto",
+        description="send the optimizer's state (Adam moments, step counts) with the models; "
+        "auto: when selection is on, as Lipizzaner does",
+    )
     options: dict[str, Any] = Field(
         default_factory=dict,
         description="the transport's options (e.g. bind, advertise, curve_dir); node-specific, so not hashed",
     )
+
+    @field_validator("optimizer_state", mode="before")
+    @classmethod
+    def _auto_or_bool(cls, value: Any) -> Any:
+        if value == "auto" or isinstance(value, bool):
+            return value
+        raise ValueError(f'must be "auto", true or false (got {value!r})')
+
+    def carries_optimizer(self, selection: bool) -> bool:
+        """Whether models travel with their optimizer state (``auto``: only when selection can adopt them)."""
+        return selection if self.optimizer_state == "auto" else bool(self.optimizer_state)
 
 
 FIXED_TABLES: dict[str, type[_Table]] = {

@@ -211,16 +211,25 @@ def test_reporter_shows_peer_age_when_present() -> None:
 
 # ------------------------------------------------------------------------------------------ slow
 @pytest.mark.slow
-def test_lockstep_workers_match_the_single_process_run_exactly(tiny_recipe) -> None:
+@pytest.mark.parametrize(
+    "inside",
+    [(), ("exchange.every_batches=1", "exchange.optimizer_state=true")],
+    ids=["per-generation", "every-batch-with-optimizer-state"],
+)
+def test_lockstep_workers_match_the_single_process_run_exactly(tiny_recipe, inside: tuple[str, ...]) -> None:
     path = tiny_recipe(seed=7, generations=3)
-    reference = prepare(path)
+    reference = prepare(path, overrides=inside)
     run_in_process(reference)
-    run_dir, summary = launched(path, "run.threads=0")  # threads are operational: same numbers
+    run_dir, summary = launched(path, "run.threads=0", *inside)  # threads are operational: same numbers
     assert records(run_dir) == records(reference.run_dir.path)
     expected = max(1, len(os.sched_getaffinity(0)) // 2)  # cores / local workers, never all cores each
     for rank in (0, 1):
         log = (run_dir / "logs" / f"worker-{rank:04d}.out").read_text()
         assert f": {expected} torch threads (" in log
+    # 4 batches: 3 exchanges inside each generation when every batch; lockstep: nothing stale
+    assert {r["exchanges"] for r in records(run_dir)} == {4 if inside else 1}
+    lags = [lag for r in records(run_dir) for lag in r["staleness"].values()]
+    assert lags and all(lag == {"generations": 0, "batches": 0} for lag in lags)
     single = json.loads((reference.run_dir.path / "summary.json").read_text())
     assert summary["cells"] == single["cells"] and summary["best_cell"] == single["best_cell"]
     assert (run_dir / "plots" / "metrics.png").exists()
@@ -345,6 +354,29 @@ def test_sigstop_neighbours_train_on_stale_models(tiny_recipe, monkeypatch) -> N
     ]
     assert stale, "no neighbour of the stopped worker used a stale model"
     assert max(a or 0 for t in timings(run_dir) for a in t["liveness"].values()) > 2.0
+
+
+@pytest.mark.slow
+def test_exchanges_inside_generations_record_staleness_when_a_neighbour_stalls(tiny_recipe, monkeypatch) -> None:
+    monkeypatch.setenv("EVOGAN_FAULT", "2:2:stop:4")
+    run_dir, summary = launched(
+        tiny_recipe(seed=3, generations=6),
+        "exchange.every_batches=1",
+        "exchange.max_staleness=1",
+        "exchange.timeout=0.5",
+        "run.max_restarts=0",
+    )
+    got = records(run_dir)
+    assert summary["generations"] == 6 and len(got) == 24
+    assert {r["exchanges"] for r in got} == {4}  # 4 batches: the generation's exchange and 3 inside
+    lagging = [
+        (r["cell"], r["generation"], r["staleness"])
+        for r in got
+        if r["cell"] in (0, 1) and any(lag != {"generations": 0, "batches": 0} for lag in r["staleness"].values())
+    ]
+    assert lagging, "no neighbour of the stopped worker recorded a stale model"
+    # after the time-out the newest model held is used, however old: a lag of generations is recorded
+    assert max(lag["generations"] for _, _, staleness in lagging for lag in staleness.values()) >= 1, lagging
 
 
 @pytest.mark.slow

@@ -7,7 +7,7 @@ holds the chosen selection and mutation operators, and DEAP's Statistics summari
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +16,7 @@ import torch
 from deap import base, tools
 
 from evogan.api import ROLES, Mutation, Problem, Received, Role, Selection, SparsityController
+from evogan.engine.optimizer_state import checked_state, load_optimizer_state, optimizer_tensors, split
 from evogan.engine.population import Individual
 from evogan.errors import MessageRejected
 from evogan.recipe import Recipe
@@ -40,13 +41,29 @@ class CellSettings:
     def seed(self) -> int:
         return self.recipe.run.seed
 
+    @property
+    def optimizer_state(self) -> bool:
+        """Whether messages carry the optimizer state (``exchange.optimizer_state``)."""
+        return self.recipe.exchange.carries_optimizer(self.recipe.population.selection)
+
 
 @dataclass
 class ExchangeLog:
-    """Which neighbour generation each cell used, and what was dropped."""
+    """Which neighbour generation each cell used, and what was dropped.
+
+    ``staleness`` (this generation's exchanges): per neighbour, the largest lag of a message used behind
+    the one wanted, as ``(generations, batches)`` of the ``(generation, substep)`` stamps; ``(0, 0)`` in
+    lockstep. ``count``: exchanges this generation (1 + those inside it).
+    """
 
     used: dict[int, int] = field(default_factory=dict)
     dropped: dict[str, int] = field(default_factory=dict)
+    staleness: dict[int, tuple[int, int]] = field(default_factory=dict)
+    count: int = 0
+
+    def begin_generation(self) -> None:
+        self.staleness.clear()
+        self.count = 0
 
 
 class Cell:
@@ -71,6 +88,10 @@ class Cell:
             self.statistics.register(name, function)
         self.logbook = tools.Logbook()
         self._expected: dict[str, tuple[torch.dtype, tuple[int, ...]]] | None = None
+        # called with the number of batches trained, every exchange.every_batches batches of a generation
+        self.between_batches: Callable[[int], None] | None = None
+        self._training: dict[Role, list[Individual]] | None = None  # the individuals being trained now
+        self._memo: dict[torch.nn.Module, Any] = {}  # this generation's per-network fitness outputs
 
     # -------------------------------------------------------------------------------- creation
     @property
@@ -112,22 +133,34 @@ class Cell:
     def _state(self, role: Role) -> dict[str, torch.Tensor]:
         return {f"{role}/{k}": v for k, v in self.best(role).network.state_dict().items()}
 
-    def message(self) -> list[bytes | memoryview]:
-        """The envelope publishing this cell's best generator and discriminator.
+    def _published(self, role: Role) -> Individual:
+        """Between generations the best individual; inside one, the best of those being trained."""
+        live = self._training[role] if self._training else None
+        return min(live, key=lambda ind: ind.fitness.loss) if live else self.best(role)
 
-        Masked weights travel as active values plus a bitmap, so bytes shrink with density.
+    def message(self, *, substep: int = 0) -> list[bytes | memoryview]:
+        """The envelope publishing this cell's best generator and discriminator (with their optimizer
+        state when ``exchange.optimizer_state`` says so).
+
+        Masked weights (and their per-element optimizer state) travel as active values plus a bitmap,
+        so bytes shrink with density. Inside a generation (``substep`` batches into it) the message is
+        stamped with the last finished generation and ``substep``.
         """
-        best = {role: self.best(role) for role in ROLES}
+        best = {role: self._published(role) for role in ROLES}
         tensors: dict[str, torch.Tensor] = {}
         sparse_info = {}
         for role, individual in best.items():
             masks = individual.sparse.get("masks") or {}
-            tensors.update(encode_sparse(self._state(role), {f"{role}/{k}": m for k, m in masks.items()}))
+            state = {f"{role}/{k}": v for k, v in individual.network.state_dict().items()}
+            tensors.update(encode_sparse(state, {f"{role}/{k}": m for k, m in masks.items()}))
+            if self.settings.optimizer_state:
+                tensors.update(encode_sparse(*optimizer_tensors(role, individual)))
             if individual.sparse:
                 sparse_info[role] = sparse_meta(individual.sparse)
         meta = {
             "recipe": self.settings.recipe.digest,
-            "fitness": {role: best[role].fitness.loss for role in ROLES},
+            # an offspring inside a generation has no fitness yet: None keeps the receiver's last value
+            "fitness": {role: _loss_or_none(best[role]) for role in ROLES},
             "lr": {role: best[role].learning_rate for role in ROLES},
             "uid": {role: best[role].uid for role in ROLES},
             "sparse": sparse_info,
@@ -137,7 +170,8 @@ class Cell:
             tensors,
             run=self.settings.run_id,
             cell=self.index,
-            generation=self.generation,
+            generation=self.generation - 1 if substep else self.generation,
+            substep=substep,
             sequence=self.sequence,
             incarnation=self.incarnation,
             meta=meta,
@@ -151,25 +185,36 @@ class Cell:
             }
         return self._expected
 
-    def receive(self, messages: Mapping[int, Sequence[bytes | memoryview]]) -> dict[int, dict[str, Any]]:
+    def receive(
+        self, messages: Mapping[int, Sequence[bytes | memoryview]], *, wanted: tuple[int, int] | None = None
+    ) -> dict[int, dict[str, Any]]:
         """Validate neighbours' messages and load them into the foreign individuals.
 
         A message that fails validation is dropped and counted; the neighbour's last good model stays.
-        Returns the headers that were accepted.
+        ``wanted`` is the ``(generation, substep)`` asked for: each used message's lag behind it goes into
+        the exchange log's staleness. Returns the headers that were accepted.
         """
         accepted: dict[int, dict[str, Any]] = {}
         for peer, frames in messages.items():
             try:
                 received = envelope.decode(frames, max_bytes=self.settings.max_message_bytes)
                 self._check_sender(peer, received)
-                state, masks = decode_sparse(received.tensors, self._expected_manifest())
+                weights, moments = split(received.tensors)
+                state, masks = decode_sparse(weights, self._expected_manifest())
+                optimizer = checked_state(*decode_sparse(moments), self._expected_manifest(), masks)
             except MessageRejected as exc:
                 reason = str(exc).split(":")[0][:60]
                 self.exchange.dropped[reason] = self.exchange.dropped.get(reason, 0) + 1
                 continue
-            self._adopt(peer, received.header, state, masks)
+            self._adopt(peer, received.header, state, masks, optimizer)
             accepted[peer] = received.header
             self.exchange.used[peer] = received.header["generation"]
+            if wanted is not None:
+                got = envelope.stamp(received.header)
+                lag = (wanted[0] - got[0], wanted[1] - got[1])
+                self.exchange.staleness[peer] = max(lag, self.exchange.staleness.get(peer, lag))
+        if wanted is not None:
+            self.exchange.count += 1
         return accepted
 
     def _check_sender(self, peer: int, received: Received) -> None:
@@ -187,6 +232,7 @@ class Cell:
         header: Mapping[str, Any],
         state: Mapping[str, torch.Tensor],
         masks: Mapping[str, torch.Tensor],
+        optimizer: Mapping[Role, Mapping[str, Mapping[str, torch.Tensor]]],
     ) -> None:
         meta = header["meta"]
         slots = self.foreign.setdefault(peer, {})
@@ -200,9 +246,12 @@ class Cell:
                 individual.origin = peer
                 slots[role] = individual
             individual.network.load_state_dict(weights)
+            self._memo.pop(individual.network, None)  # its outputs on this generation's batch are stale
             lr = float(meta.get("lr", {}).get(role, self.problem.learning_rate))
             individual.hyper = {"lr": lr, "lr0": self.problem.learning_rate}
             individual.optimizer = self.problem.make_optimizer(role, individual.network, lr)
+            if role in optimizer:
+                load_optimizer_state(individual, optimizer[role])
             individual.uid = str(meta.get("uid", {}).get(role, f"{peer}/{role[0].upper()}"))
             sparse = meta.get("sparse", {}).get(role)
             role_masks = {k[len(prefix) :]: m for k, m in masks.items() if k.startswith(prefix)}
@@ -233,7 +282,12 @@ class Cell:
         """All-vs-all: each generator against every discriminator and vice versa. Only the roles in
         ``score`` get new fitness values; the others serve as opponents."""
         g_loss, d_loss = self.problem.fitness(
-            [g.network for g in gens], [d.network for d in discs], real, generator=rnd.torch
+            [g.network for g in gens],
+            [d.network for d in discs],
+            real,
+            generator=rnd.torch,
+            score=score,
+            memo=self._memo,
         )
         if "generator" in score:
             for individual, value in zip(gens, self._aggregate(g_loss).tolist(), strict=True):
@@ -264,6 +318,7 @@ class Cell:
 
         all_g, all_d = self.neighbourhood("generator"), self.neighbourhood("discriminator")
         real = problem.fitness_batch(generator=rnd.torch)
+        self._memo = {}  # the re-evaluations below reuse what this one computes on the same batch
         self.evaluate(all_g, all_d, real, rnd)
         lap("fitness")
 
@@ -279,7 +334,13 @@ class Cell:
             g_opponents, d_opponents = all_d, all_g
         lap("selection")
 
-        self._train(new_g, new_d, g_opponents, d_opponents, rnd)
+        self._training = {"generator": new_g, "discriminator": new_d}
+        try:
+            self._train(new_g, new_d, g_opponents, d_opponents, rnd)
+        finally:
+            self._training = None
+        for trained in (*new_g, *new_d):
+            self._memo.pop(trained.network, None)
         lap("training")
 
         replaced = self._replace(new_g, new_d, all_g, all_d, real, rnd) if population.selection else {}
@@ -288,6 +349,7 @@ class Cell:
             self.evaluate(all_g, self.discriminators, real, rnd, score=("discriminator",))
         lap("replacement")
 
+        self._memo = {}
         mixture_metrics = self._evolve_mixture(rnd)
         lap("mixture")
 
@@ -303,7 +365,7 @@ class Cell:
         rnd: CellRandom,
     ) -> None:
         problem, sparsity, numpy_rng = self.problem, self.settings.sparsity, rnd.numpy
-        for step, real in enumerate(problem.training_batches(generator=rnd.torch)):
+        for step, real in enumerate(self._batches(rnd)):
             if problem.train_generator_at(step):
                 defender = g_opponents[int(numpy_rng.integers(len(g_opponents)))]
                 for g in gens:
@@ -322,6 +384,15 @@ class Cell:
                     sparsity.after_discriminator_step(d)
         if sparsity is not None:
             sparsity.end_generation(gens, discs)
+
+    def _batches(self, rnd: CellRandom) -> Iterator[torch.Tensor]:
+        """The problem's batches, with :attr:`between_batches` called every ``exchange.every_batches``
+        batches (never before the first or after the last). It draws no random numbers."""
+        every = self.settings.recipe.exchange.every_batches
+        for step, real in enumerate(self.problem.training_batches(generator=rnd.torch)):
+            if every and step and step % every == 0 and self.between_batches is not None:
+                self.between_batches(step)
+            yield real
 
     def _replace(
         self,
@@ -408,6 +479,11 @@ class Cell:
             "mixture_score": self.problem.objective(mixture_metrics),
             "mixture_metrics": dict(mixture_metrics),
             "exchange": {str(p): g for p, g in sorted(self.exchange.used.items())},
+            "exchanges": self.exchange.count,
+            "staleness": {
+                str(p): {"generations": lag[0], "batches": lag[1]}
+                for p, lag in sorted(self.exchange.staleness.items())
+            },
             "dropped": dict(self.exchange.dropped),
         }
         if self.settings.sparsity is not None:
@@ -445,6 +521,10 @@ class Cell:
         self.incarnation = int(state["incarnation"]) + 1
         self.sequence = int(state["sequence"])
         self.mixture = {int(c): float(w) for c, w in state["mixture"].items()}
+
+
+def _loss_or_none(individual: Individual) -> float | None:
+    return individual.fitness.values[0] if individual.fitness.valid else None
 
 
 __all__ = ["Cell", "CellSettings", "ExchangeLog"]

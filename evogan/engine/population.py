@@ -61,7 +61,9 @@ class Individual:
         network = copy.deepcopy(self.network)
         optimizer = make_optimizer(self.role, network, self.hyper["lr"])
         if keep_optimizer_state:
-            optimizer.load_state_dict(self.optimizer.state_dict())
+            # load_state_dict keeps the tensors it is given: without the copy the clone and its parent
+            # would share (and both advance) one set of Adam moments and step counts.
+            optimizer.load_state_dict(copy.deepcopy(self.optimizer.state_dict()))
             for group in optimizer.param_groups:
                 group["lr"] = self.hyper["lr"]
         return Individual(

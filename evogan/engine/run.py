@@ -10,6 +10,7 @@ import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import pluggy
@@ -17,6 +18,7 @@ import torch
 
 from evogan.api import ROLES, Problem, ProblemContext, SparsityController, Topology, Transport
 from evogan.engine.cell import Cell, CellSettings
+from evogan.engine.lockstep import Pause, run_in_turns
 from evogan.engine.rundir import RunDirectory, writing
 from evogan.errors import UserError
 from evogan.recipe import Recipe
@@ -155,9 +157,7 @@ class Driver:
             # ahead would wait (up to the exchange timeout) for a neighbour behind it that cannot move
             # while this process is blocked; the cells behind never wait, so they catch up at full speed.
             behind = min(cell.generation for cell in self.cells)
-            for cell in self.cells:
-                if cell.generation == behind:
-                    self.step_cell(cell)
+            self.step_cells([cell for cell in self.cells if cell.generation == behind])
             if stop() and any(cell.generation < last for cell in self.cells):
                 interrupted = True
                 break
@@ -171,10 +171,47 @@ class Driver:
     def progress(self, phase: str, *, expected: float = 0.0) -> None:
         """Where the loop is and how long that may take (seconds); a runtime's watchdog listens."""
 
-    def step_cell(self, cell: Cell) -> None:
+    def step_cells(self, cells: Sequence[Cell]) -> None:
+        """One generation of each of ``cells`` (least advanced first). With exchanges inside the
+        generation, cells at the same generation take turns between those exchanges (see
+        :mod:`evogan.engine.lockstep`); otherwise they run one after another."""
+        if not self.recipe.exchange.every_batches:
+            for cell in cells:
+                self.step_cell(cell)
+            return
+        for generation in sorted({cell.generation for cell in cells}):
+            group = [cell for cell in cells if cell.generation == generation]
+            run_in_turns([partial(self.step_cell, cell) for cell in group])
+
+    def _exchange_inside(self, cell: Cell, batches: int, pause: Pause, spent: list[float]) -> None:
+        """Publish the models being trained, let the other local cells reach the same point, then
+        gather and load the neighbours' models stamped ``(last generation, batches)``."""
         exchange = self.recipe.exchange
         self.progress("exchange", expected=exchange.timeout)
         started = time.perf_counter()
+        self.transport.publish(cell.index, cell.message(substep=batches))
+        published = time.perf_counter()
+        pause()
+        resumed = time.perf_counter()
+        messages = self.transport.gather(
+            cell.index,
+            cell.neighbours,
+            cell.generation - 1,
+            max_staleness=exchange.max_staleness,
+            timeout=exchange.timeout,
+            substep=batches,
+        )
+        cell.receive(messages, wanted=(cell.generation - 1, batches))
+        spent[0] += published - started + time.perf_counter() - resumed  # exchanging
+        spent[1] += resumed - published  # other cells' turns: not this cell's time
+        self.progress("train")
+
+    def step_cell(self, cell: Cell, pause: Pause | None = None) -> None:
+        """One generation of ``cell``; ``pause`` (given when taking turns) yields to the other cells."""
+        exchange = self.recipe.exchange
+        self.progress("exchange", expected=exchange.timeout)
+        started = time.perf_counter()
+        cell.exchange.begin_generation()
         messages = self.transport.gather(
             cell.index,
             cell.neighbours,
@@ -182,16 +219,23 @@ class Driver:
             max_staleness=exchange.max_staleness,
             timeout=exchange.timeout,
         )
-        accepted = cell.receive(messages)
+        accepted = cell.receive(messages, wanted=(cell.generation, 0))
         exchange_seconds = time.perf_counter() - started
         self.pm.hook.evogan_exchange(
             run=self.info, cell=cell.index, generation=cell.generation + 1, received=accepted
         )
         self.progress("train")
-        record, timings = cell.step()
+        spent = [0.0, 0.0]
+        if pause is not None:
+            cell.between_batches = lambda batches: self._exchange_inside(cell, batches, pause, spent)
+        try:
+            record, timings = cell.step()
+        finally:
+            cell.between_batches = None
         started = time.perf_counter()
         self.transport.publish(cell.index, cell.message())
-        timings["exchange"] = exchange_seconds + time.perf_counter() - started
+        timings["exchange"] = exchange_seconds + spent[0] + time.perf_counter() - started
+        timings["training"] -= spent[0] + spent[1]
         extra = dict(self.annotate(cell.index)) if self.annotate is not None else {}
         self.run_dir.append_metrics(record)
         self.run_dir.append_timings({"cell": cell.index, "generation": cell.generation, **timings, **extra})

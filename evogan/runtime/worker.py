@@ -180,11 +180,20 @@ class Guarded(Transport):
         self.inner.publish(cell, frames)
 
     def gather(
-        self, cell: int, peers: Sequence[int], generation: int, *, max_staleness: int, timeout: float
+        self,
+        cell: int,
+        peers: Sequence[int],
+        generation: int,
+        *,
+        max_staleness: int,
+        timeout: float,
+        substep: int = 0,
     ) -> dict[int, list[bytes | memoryview]]:
         from evogan.transport.envelope import parse_header
 
-        found = self.inner.gather(cell, peers, generation, max_staleness=max_staleness, timeout=timeout)
+        found = self.inner.gather(
+            cell, peers, generation, max_staleness=max_staleness, timeout=timeout, substep=substep
+        )
         for peer, frames in found.items():
             try:
                 theirs = parse_header(frames, max_bytes=1 << 62).get("meta", {}).get("recipe")

@@ -1,6 +1,8 @@
 """The wire format shared by every transport: ``[topic, JSON header, raw tensor bytes]``. No pickle.
 
-The header carries who sent the message (run, cell, generation, sequence, incarnation), free-form
+The header carries who sent the message (run, cell, generation, sequence, incarnation), how many training
+batches past that generation the models are (``substep``: 0 at a generation's end, k, 2k, ... for the
+exchanges inside the next one; messages order by ``(generation, substep)``), free-form
 ``meta`` (fitness, hyper-parameters, ...) and a manifest of tensors (name, dtype, shape, offset, length).
 The payload is the tensors' bytes back to back. :func:`decode` checks everything before it trusts a byte;
 any failure raises :class:`~evogan.errors.MessageRejected` with a short reason that receivers count.
@@ -67,6 +69,7 @@ def encode(
     sequence: int = 0,
     incarnation: int = 0,
     meta: Mapping[str, Any] | None = None,
+    substep: int = 0,
 ) -> list[bytes | memoryview]:
     """Frames for one message. The payload is one buffer built with a single copy per tensor."""
     manifest = []
@@ -94,6 +97,7 @@ def encode(
         "run": run,
         "cell": cell,
         "generation": generation,
+        "substep": substep,
         "sequence": sequence,
         "incarnation": incarnation,
         "meta": dict(meta or {}),
@@ -125,6 +129,9 @@ def parse_header(frames: Sequence[bytes | memoryview], *, max_bytes: int) -> dic
     for key, kind in _REQUIRED.items():
         if not isinstance(header.get(key), kind) or isinstance(header.get(key), bool):
             raise _reject(f"header field {key!r} missing or of the wrong type")
+    substep = header.setdefault("substep", 0)
+    if not isinstance(substep, int) or isinstance(substep, bool) or substep < 0:
+        raise _reject("header field 'substep' is not a count of batches")
     if header["v"] != FORMAT_VERSION:
         raise _reject(f"envelope version {header['v']} (this side speaks {FORMAT_VERSION})")
     if header["cell"] < 0 or topic_frame[: TOPIC_WIDTH + 2] != topic_prefix(header["cell"]):
@@ -182,6 +189,11 @@ def decode(
     return Received(header=header, tensors=tensors)
 
 
+def stamp(header: Mapping[str, Any]) -> tuple[int, int]:
+    """``(generation, substep)``: the order of one cell's messages, as transports store them."""
+    return int(header["generation"]), int(header.get("substep", 0))
+
+
 def payload_size(frames: Sequence[bytes | memoryview]) -> int:
     return sum(len(frame) for frame in frames)
 
@@ -193,6 +205,7 @@ __all__ = [
     "encode",
     "parse_header",
     "payload_size",
+    "stamp",
     "topic",
     "topic_prefix",
 ]

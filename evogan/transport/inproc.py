@@ -10,43 +10,67 @@ from pydantic import Field
 from evogan.api import Options, Transport
 
 
+def pick(held: dict[tuple[int, int], list], wanted: tuple[int, int]) -> tuple[int, int] | None:
+    """Exactly ``wanted`` ``(generation, substep)``; else the newest older; else the oldest newer."""
+    if not held:
+        return None
+    if wanted in held:
+        return wanted
+    older = [k for k in held if k <= wanted]
+    return max(older) if older else min(held)
+
+
+def forget_old(held: dict[tuple[int, int], list], keep: int) -> None:
+    """Keep the messages of the newest ``keep`` generations, and of those sent inside a generation
+    (substep > 0) only the newest ``keep``: a long generation exchanged every few batches would
+    otherwise hold hundreds of models per neighbour. Lockstep needs one point back at most."""
+    newest = max(held)[0]
+    inside = sorted(k for k in held if k[1])
+    for old in [k for k in held if k[0] <= newest - keep] + inside[:-keep]:
+        held.pop(old, None)
+
+
 class InProcessTransport(Transport):
     """Keeps the last few generations of every cell's messages in memory.
 
-    Single-process runs train cells one after another, so a neighbour's message for the wanted
-    generation is always there; nothing ever waits.
+    Single-process runs train cells one after another (or in lockstep turns when they exchange inside a
+    generation), so a neighbour's message for the wanted generation is always there; nothing ever waits.
     """
 
     name: ClassVar[str] = "inproc"
     description: ClassVar[str] = "all cells in one process; messages kept in memory (the reference mode)"
 
     class Options(Options):
-        keep: int = Field(3, ge=1, description="generations of messages kept per cell")
+        keep: int = Field(
+            3, ge=1, description="generations of messages kept per cell (and messages from inside generations)"
+        )
 
     def __init__(self, options: Options) -> None:
         super().__init__(options)
-        self._messages: dict[int, dict[int, list[bytes]]] = {}
+        self._messages: dict[int, dict[tuple[int, int], list[bytes]]] = {}
 
     def publish(self, cell: int, frames: Sequence[bytes | memoryview]) -> None:
-        from evogan.transport.envelope import parse_header
+        from evogan.transport.envelope import parse_header, stamp
 
         header = parse_header(frames, max_bytes=1 << 62)
-        by_generation = self._messages.setdefault(cell, {})
-        by_generation[header["generation"]] = [bytes(frame) for frame in frames]
-        for old in sorted(by_generation)[: -self.options.keep]:
-            del by_generation[old]
+        held = self._messages.setdefault(cell, {})
+        held[stamp(header)] = [bytes(frame) for frame in frames]
+        forget_old(held, self.options.keep)
 
     def gather(
-        self, cell: int, peers: Sequence[int], generation: int, *, max_staleness: int, timeout: float
+        self,
+        cell: int,
+        peers: Sequence[int],
+        generation: int,
+        *,
+        max_staleness: int,
+        timeout: float,
+        substep: int = 0,
     ) -> dict[int, list[bytes | memoryview]]:
         found: dict[int, list[bytes | memoryview]] = {}
         for peer in peers:
-            by_generation = self._messages.get(peer)
-            if not by_generation:
-                continue
-            if generation in by_generation:
-                found[peer] = by_generation[generation]
-            else:
-                older = [g for g in by_generation if g <= generation]
-                found[peer] = by_generation[max(older) if older else min(by_generation)]
+            held = self._messages.get(peer, {})
+            chosen = pick(held, (generation, substep))
+            if chosen is not None:
+                found[peer] = held[chosen]
         return found

@@ -19,6 +19,7 @@ from pydantic import Field
 
 from evogan.api import Options, Transport, TransportStats
 from evogan.errors import RunFailure, UserError
+from evogan.transport.inproc import forget_old, pick
 
 if TYPE_CHECKING:
     import zmq as zmqlib
@@ -35,7 +36,7 @@ class _State:
     def __init__(self, keep: int) -> None:
         self.keep = keep
         self.cond = threading.Condition()
-        self.held: dict[int, dict[int, Frames]] = {}
+        self.held: dict[int, dict[tuple[int, int], Frames]] = {}  # peer -> (generation, substep) -> frames
         self.incarnation: dict[int, int] = {}
         self.seen: dict[int, float] = {}
         self.beats: dict[int, dict[str, Any]] = {}
@@ -45,6 +46,8 @@ class _State:
 
     # -------------------------------------------------------------- Inbox protocol (I/O thread)
     def model(self, peer: int, header: dict[str, Any], frames: Frames, size: int) -> str | None:
+        from evogan.transport.envelope import stamp
+
         with self.cond:
             held = self.held.setdefault(peer, {})
             incarnation = header["incarnation"]
@@ -53,9 +56,8 @@ class _State:
             if incarnation > self.incarnation.get(peer, incarnation):
                 held.clear()  # the peer restarted; its new history supersedes the old one
             self.incarnation[peer] = incarnation
-            held[header["generation"]] = frames
-            for old in sorted(held)[: -self.keep]:
-                del held[old]
+            held[stamp(header)] = frames
+            forget_old(held, self.keep)
             self.seen[peer] = time.monotonic()
             self.stats.received_messages += 1
             self.stats.received_bytes += size
@@ -85,16 +87,11 @@ class _State:
             return self.published.get(cell, (-1, 0))
 
     # -------------------------------------------------------------- reads (any thread, lock held)
-    def pick(self, peer: int, generation: int) -> tuple[int, Frames] | None:
-        """Exactly ``generation``; else the newest older one; else the oldest newer one (as inproc)."""
-        held = self.held.get(peer)
-        if not held:
-            return None
-        if generation in held:
-            return generation, held[generation]
-        older = [g for g in held if g <= generation]
-        chosen = max(older) if older else min(held)
-        return chosen, held[chosen]
+    def pick(self, peer: int, wanted: tuple[int, int]) -> tuple[tuple[int, int], Frames] | None:
+        """Exactly ``wanted``; else the newest older message; else the oldest newer one (as inproc)."""
+        held = self.held.get(peer, {})
+        chosen = pick(held, wanted)
+        return None if chosen is None else (chosen, held[chosen])
 
 
 class ZmqTransport(Transport):
@@ -134,7 +131,11 @@ class ZmqTransport(Transport):
         barrier_timeout: float = Field(
             default=30.0, gt=0, description="seconds wait_ready waits for every peer"
         )
-        keep: int = Field(default=3, ge=1, description="generations of messages kept per neighbour")
+        keep: int = Field(
+            default=3,
+            ge=1,
+            description="generations of messages kept per neighbour (and messages from inside generations)",
+        )
 
     options: ZmqTransport.Options
 
@@ -297,16 +298,24 @@ class ZmqTransport(Transport):
         io.enqueue(cell, list(frames))
 
     def gather(
-        self, cell: int, peers: Sequence[int], generation: int, *, max_staleness: int, timeout: float
+        self,
+        cell: int,
+        peers: Sequence[int],
+        generation: int,
+        *,
+        max_staleness: int,
+        timeout: float,
+        substep: int = 0,
     ) -> dict[int, Frames]:
-        """Each peer's message for exactly ``generation`` when held; otherwise wait up to ``timeout`` s
-        for one no older than ``generation - max_staleness``; then return the newest held (or nothing)."""
+        """Each peer's message for exactly ``(generation, substep)`` when held; otherwise wait up to
+        ``timeout`` s for one no older than ``(generation - max_staleness, substep)``; then return the
+        newest held (or nothing)."""
         io = self._require_io()
-        floor = generation - max_staleness
+        floor = (generation - max_staleness, substep)
         deadline = time.monotonic() + timeout if math.isfinite(timeout) else math.inf
         with self._state.cond:
             while True:
-                picks = {peer: self._state.pick(peer, generation) for peer in peers}
+                picks = {peer: self._state.pick(peer, (generation, substep)) for peer in peers}
                 waiting = [peer for peer, got in picks.items() if got is None or got[0] < floor]
                 remaining = deadline - time.monotonic()
                 if not waiting or remaining <= 0 or self._closed or not io.is_alive():
@@ -334,14 +343,12 @@ class ZmqTransport(Transport):
     def generations(self, peer: int) -> list[int]:
         """Generations currently held from ``peer`` (at most ``keep``)."""
         with self._state.cond:
-            return sorted(self._state.held.get(peer, {}))
+            return sorted({g for g, _ in self._state.held.get(peer, {})})
 
     def stats(self) -> TransportStats:
         with self._state.cond:
             s = self._state.stats
-            return TransportStats(
-                s.sent_messages, s.sent_bytes, s.received_messages, s.received_bytes, dict(s.dropped)
-            )
+            return TransportStats(s.sent_messages, s.sent_bytes, s.received_messages, s.received_bytes, dict(s.dropped))
 
     def close(self) -> None:
         """Stop the I/O thread (it closes its sockets with linger 0), then the authenticator and context."""
