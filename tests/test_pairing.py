@@ -221,6 +221,15 @@ def test_pairings_train_differently(tiny_recipe) -> None:
     assert len({tuple(v) for v in losses.values()}) == len(PAIRINGS)
 
 
+def test_g_mixture_keeps_an_adapt_controller_working(tiny_recipe) -> None:
+    """The balance ratio is measured against the step's principal opponent, the cell's own D."""
+    sparsity = '{use="adapt-relax", density_g=0.5, br_freq=1, da_iters=2, d_interval=2}'
+    overrides = ("population.selection=false", 'pairing.use="g_mixture"', f"sparsity={sparsity}")
+    record = records(run(tiny_recipe(generations=2, rows=3, cols=3), *overrides))[-1]
+    assert abs(record["sparsity"]["density_g"] - 0.5) < 0.01 and "br" in record["sparsity"]
+    assert all(torch.isfinite(torch.tensor(float(v))) for v in record["sparsity"].values())
+
+
 # ------------------------------------------------------------------------------------------ recipes
 def test_an_unknown_pairing_is_a_one_line_recipe_error(tiny_recipe) -> None:
     path = tiny_recipe()
