@@ -13,11 +13,12 @@ import sys
 import tempfile
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
 from click.testing import CliRunner
+from test_run import metrics as records
+from test_run import run
 
 from evogan import hookimpl
 from evogan import recipe as recipes
@@ -38,22 +39,6 @@ PAIRINGS = ("reference", "own_pair", "g_neighbourhood", "g_mixture")
 PAPER_RECIPES = ("mnist.toml", "mnist-adapt.toml", "cifar10.toml", "cifar10-sngan.toml", "celeba.toml")
 
 _attach_commands()
-
-
-def records(run_dir: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-
-
-def run(path: Path, *overrides: str, stop_after: int | None = None) -> Path:
-    prepared = prepare(path, overrides=overrides)
-    calls = {"n": 0}
-
-    def stop() -> bool:
-        calls["n"] += 1
-        return stop_after is not None and calls["n"] >= stop_after
-
-    run_in_process(prepared, stop=stop)
-    return prepared.run_dir.path
 
 
 # ------------------------------------------------------------------------------------------ reference

@@ -7,7 +7,7 @@ With selection on, ``own`` and ``neighbourhood`` are both the cell's offspring (
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 import numpy as np
 
@@ -22,7 +22,21 @@ def _draw(pool: Sequence[Individual], rng: np.random.Generator) -> Individual:
     return pool[int(rng.integers(len(pool)))]
 
 
-class Reference(Pairing):
+class Drawn(Pairing):
+    """One opponent per step, drawn uniformly from the pool each role names (``own`` or
+    ``neighbourhood`` of :class:`evogan.api.Opponents`)."""
+
+    generator_pool: ClassVar[Literal["own", "neighbourhood"]] = "neighbourhood"
+    discriminator_pool: ClassVar[Literal["own", "neighbourhood"]] = "neighbourhood"
+
+    def generator_opponents(self, discriminators: Opponents, *, rng: np.random.Generator) -> Faced:
+        return [(_draw(getattr(discriminators, self.generator_pool), rng), 1.0)]
+
+    def discriminator_opponent(self, generators: Opponents, *, rng: np.random.Generator) -> Individual:
+        return _draw(getattr(generators, self.discriminator_pool), rng)
+
+
+class Reference(Drawn):
     """Lipizzaner's pairing (Schmiedlechner et al. 2018; Al-Dujaili et al. 2018)."""
 
     name: ClassVar[str] = "reference"
@@ -34,14 +48,8 @@ class Reference(Pairing):
     )
     default: ClassVar[bool] = True
 
-    def generator_opponents(self, discriminators: Opponents, *, rng: np.random.Generator) -> Faced:
-        return [(_draw(discriminators.neighbourhood, rng), 1.0)]
 
-    def discriminator_opponent(self, generators: Opponents, *, rng: np.random.Generator) -> Individual:
-        return _draw(generators.neighbourhood, rng)
-
-
-class OwnPair(Pairing):
+class OwnPair(Drawn):
     """Each cell trains only its own pair; neighbours act through selection and the mixture alone."""
 
     name: ClassVar[str] = "own_pair"
@@ -50,15 +58,11 @@ class OwnPair(Pairing):
         "lone GAN (Goodfellow et al. 2014); neighbours act only through selection, replacement and the "
         "mixture. The control that separates the grid's communication from its training."
     )
-
-    def generator_opponents(self, discriminators: Opponents, *, rng: np.random.Generator) -> Faced:
-        return [(_draw(discriminators.own, rng), 1.0)]
-
-    def discriminator_opponent(self, generators: Opponents, *, rng: np.random.Generator) -> Individual:
-        return _draw(generators.own, rng)
+    generator_pool = "own"
+    discriminator_pool = "own"
 
 
-class GeneratorNeighbourhood(Pairing):
+class GeneratorNeighbourhood(Drawn):
     """G against a drawn neighbourhood D; D only against its own live G."""
 
     name: ClassVar[str] = "g_neighbourhood"
@@ -69,12 +73,7 @@ class GeneratorNeighbourhood(Pairing):
         "while a discriminator that spends most steps on neighbours' frozen generators stops modelling "
         "its own generator (issue 9's ablation on the 25-mode grid)."
     )
-
-    def generator_opponents(self, discriminators: Opponents, *, rng: np.random.Generator) -> Faced:
-        return [(_draw(discriminators.neighbourhood, rng), 1.0)]
-
-    def discriminator_opponent(self, generators: Opponents, *, rng: np.random.Generator) -> Individual:
-        return _draw(generators.own, rng)
+    discriminator_pool = "own"
 
 
 class GeneratorMixture(Pairing):
