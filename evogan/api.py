@@ -34,11 +34,16 @@ class Options(BaseModel):
 
 
 class Component:
-    """Base of every registered component: a name, a one-line description and an ``Options`` model."""
+    """Base of every registered component: a name, a one-line description and an ``Options`` model.
+
+    ``default = True`` marks the component a recipe gets when it leaves its kind's optional table out
+    (at most one per kind).
+    """
 
     name: ClassVar[str]
     description: ClassVar[str] = ""
     Options: ClassVar[type[Options]] = Options
+    default: ClassVar[bool] = False
 
     def __init__(self, options: Options) -> None:
         self.options = options
@@ -91,6 +96,44 @@ class Mutation(Component):
     kind: ClassVar[str] = "mutation"
 
     def mutate(self, hyper: Mapping[str, float], *, rng: np.random.Generator) -> dict[str, float]:
+        raise NotImplementedError
+
+
+# --------------------------------------------------------------------------------------------- pairing
+@dataclass(frozen=True)
+class Opponents:
+    """The individuals one role's training steps may face during a generation.
+
+    :param own: the cell's own live individuals of the opposing role (the ones training this generation).
+    :param neighbourhood: what the reference draws from: own plus the neighbours' copies, frozen for the
+        generation (with selection on: the offspring, as Lipizzaner).
+    :param weights: the cell's mixture weight of each ``neighbourhood`` member's cell, summing to one.
+    """
+
+    own: Sequence[Individual]
+    neighbourhood: Sequence[Individual]
+    weights: Sequence[float]
+
+
+Faced = list[tuple["Individual", float]]
+
+
+class Pairing(Component):
+    """Who each training step of a cell trains against.
+
+    Asked once per generator step and once per discriminator step; every individual of the cell trained
+    in that step faces the same opponents. A generator step may face several discriminators: its loss
+    is the weighted sum over them (weights summing to one). The first entry is the step's principal
+    opponent, the one a sparsity controller hears about; keep it a member of ``own`` where the pairing
+    has one. Draw every random number from ``rng``.
+    """
+
+    kind: ClassVar[str] = "pairing"
+
+    def generator_opponents(self, discriminators: Opponents, *, rng: np.random.Generator) -> Faced:
+        raise NotImplementedError
+
+    def discriminator_opponent(self, generators: Opponents, *, rng: np.random.Generator) -> Individual:
         raise NotImplementedError
 
 
@@ -218,8 +261,16 @@ class Problem(Component):
         raise NotImplementedError
 
     def generator_step(
-        self, attacker: Individual, defender: nn.Module, real: torch.Tensor, *, generator: torch.Generator
+        self,
+        attacker: Individual,
+        defender: nn.Module | Sequence[tuple[nn.Module, float]],
+        real: torch.Tensor,
+        *,
+        generator: torch.Generator,
     ) -> GeneratorStep:
+        """One optimizer step of ``attacker`` against one discriminator, or against several: then the
+        loss is the weighted sum over ``(network, weight)`` pairs on the same batch and noise, and
+        ``fake_logits_pre`` comes from the first pair's network."""
         raise NotImplementedError
 
     def discriminator_step(
@@ -389,12 +440,15 @@ __all__ = [
     "Component",
     "DataSource",
     "Dataset",
+    "Faced",
     "GeneratorStep",
     "Loss",
     "Metric",
     "Mutation",
     "Networks",
+    "Opponents",
     "Options",
+    "Pairing",
     "Problem",
     "ProblemContext",
     "Received",

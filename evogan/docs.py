@@ -60,7 +60,9 @@ def recipe_reference(registries: Registries) -> str:
         ]
     out.append("Component tables: `use` names a registered component; the other keys are its options.\n")
     for table, (kind, required) in COMPONENT_TABLES.items():
-        out.append(f"- `[{table}]`: a {kind} component ({'required' if required else 'optional'})")
+        default = registries[kind].default()
+        need = "required" if required else f"optional; default `{default.name}`" if default else "optional"
+        out.append(f"- `[{table}]`: a {kind} component ({need})")
     out.append("")
     out.append("## Components and their options\n")
     for kind in KIND_HOOKS:

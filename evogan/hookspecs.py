@@ -132,6 +132,16 @@ def evogan_register_transports(register: Register) -> None:
     """
 
 
+@hookspec
+def evogan_register_pairings(register: Register) -> None:
+    """Register :class:`evogan.api.Pairing` classes (who each training step trains against).
+
+    :param register: call with each component class.
+
+    Called in: every process, once per plugin manager.
+    """
+
+
 # ------------------------------------------------------------------------------------------ lifecycle
 @hookspec
 def evogan_run_start(run: RunInfo) -> None:

@@ -19,6 +19,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "evogan.builtin.mutation",
     "evogan.builtin.sparsity",
     "evogan.builtin.transports",
+    "evogan.builtin.pairing",
     "evogan.builtin.gan",
     "evogan.builtin.gan.images",
     "evogan.builtin.gan.image_networks",

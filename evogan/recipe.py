@@ -1,8 +1,9 @@
 """Recipes: TOML files validated into typed models before any work starts.
 
 A recipe has fixed tables (``[run]``, ``[population]``, ``[mixture]``, ``[exchange]``) and one table per
-extension point (``[topology]``, ``[selection]``, ``[mutation]``, ``[sparsity]``, ``[problem]``) whose
-``use`` key names a registered component; the table's other keys are validated against that component's
+extension point (``[topology]``, ``[selection]``, ``[mutation]``, ``[sparsity]``, ``[problem]``,
+``[pairing]``) whose ``use`` key names a registered component (an optional table left out gets the
+kind's default component, if it has one); the table's other keys are validated against that component's
 ``Options``. Components may nest references to other components (the GAN problem's ``[problem.data]``).
 Every problem becomes one line ``recipe.toml: selection.tournament_size: must be >= 1``.
 """
@@ -138,6 +139,7 @@ COMPONENT_TABLES: dict[str, tuple[str, bool]] = {
     "mutation": ("mutation", True),
     "sparsity": ("sparsity", False),
     "problem": ("problem", True),
+    "pairing": ("pairing", False),
 }
 
 
@@ -343,6 +345,9 @@ def validate(data: dict[str, Any], registries: Registries, *, path: Path = Path(
         if table not in data:
             if required:
                 errors.append(f"{source}: {table}: required table is missing")
+            elif (default := registries[kind].default()) is not None:
+                # Not written into the recipe's data: its digest (and resumability) stays as it was.
+                choices[table] = Choice(table, default, default.Options())
             continue
         choice = resolve_choice(registries, kind, data[table], table, source, errors)
         if choice is not None:

@@ -26,6 +26,7 @@ KIND_HOOKS: dict[str, str] = {
     "loss": "evogan_register_losses",
     "metric": "evogan_register_metrics",
     "transport": "evogan_register_transports",
+    "pairing": "evogan_register_pairings",
 }
 
 
@@ -59,7 +60,18 @@ class Registry:
             raise ComponentConflictError(
                 f"{self.kind} {name!r} is registered twice: by plugin {first!r} and by plugin {plugin!r}"
             )
+        previous = self.default()
+        if getattr(component, "default", False) and previous is not None:
+            first = self.entries[previous.name].plugin
+            raise ComponentConflictError(
+                f"{self.kind} {name!r} (plugin {plugin!r}) and {previous.name!r} (plugin {first!r}) "
+                "both claim to be the default"
+            )
         self.entries[name] = Entry(name, component, plugin)
+
+    def default(self) -> type[Component] | None:
+        """The component a recipe gets when it leaves this kind's optional table out, if any."""
+        return next((e.component for e in self.entries.values() if getattr(e.component, "default", False)), None)
 
     def get(self, name: str, *, key: str | None = None) -> type[Component]:
         """The component called ``name``; an unknown name is a ``UserError`` listing what exists."""

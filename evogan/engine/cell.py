@@ -15,7 +15,17 @@ import numpy as np
 import torch
 from deap import base, tools
 
-from evogan.api import ROLES, Mutation, Problem, Received, Role, Selection, SparsityController
+from evogan.api import (
+    ROLES,
+    Mutation,
+    Opponents,
+    Pairing,
+    Problem,
+    Received,
+    Role,
+    Selection,
+    SparsityController,
+)
 from evogan.engine.optimizer_state import checked_state, load_optimizer_state, optimizer_tensors, split
 from evogan.engine.population import Individual
 from evogan.errors import MessageRejected
@@ -34,6 +44,7 @@ class CellSettings:
     selection: Selection
     mutation: Mutation
     sparsity: SparsityController | None
+    pairing: Pairing
     run_id: str
     max_message_bytes: int = 1 << 30
 
@@ -364,19 +375,27 @@ class Cell:
         d_opponents: Sequence[Individual],
         rnd: CellRandom,
     ) -> None:
+        """Train ``gens`` and ``discs`` on one generation's batches; the pairing picks, step by step,
+        whom they face among their own live opponents and ``g_opponents`` / ``d_opponents``."""
         problem, sparsity, numpy_rng = self.problem, self.settings.sparsity, rnd.numpy
+        pairing = self.settings.pairing
+        for_g = Opponents(own=discs, neighbourhood=g_opponents, weights=self._cell_weights(g_opponents))
+        for_d = Opponents(own=gens, neighbourhood=d_opponents, weights=self._cell_weights(d_opponents))
         for step, real in enumerate(self._batches(rnd)):
             if problem.train_generator_at(step):
-                defender = g_opponents[int(numpy_rng.integers(len(g_opponents)))]
+                faced = pairing.generator_opponents(for_g, rng=numpy_rng)
+                principal = faced[0][0]
+                # One opponent keeps the plain call (and its exact arithmetic); several are weighted.
+                defence = principal.network if len(faced) == 1 else [(d.network, w) for d, w in faced]
                 for g in gens:
                     g.set_hyper(self.toolbox.mutate(g.hyper, rng=numpy_rng))
-                    info = problem.generator_step(g, defender.network, real, generator=rnd.torch)
+                    info = problem.generator_step(g, defence, real, generator=rnd.torch)
                     info.step = step
                     if sparsity is not None:
-                        sparsity.after_generator_step(g, defender, info, problem)
+                        sparsity.after_generator_step(g, principal, info, problem)
             if not problem.train_discriminator_at(step):
                 continue
-            defender = d_opponents[int(numpy_rng.integers(len(d_opponents)))]
+            defender = pairing.discriminator_opponent(for_d, rng=numpy_rng)
             for d in discs:
                 d.set_hyper(self.toolbox.mutate(d.hyper, rng=numpy_rng))
                 problem.discriminator_step(d, defender.network, real, generator=rnd.torch)
@@ -393,6 +412,18 @@ class Cell:
             if every and step and step % every == 0 and self.between_batches is not None:
                 self.between_batches(step)
             yield real
+
+    def _cell_weights(self, individuals: Sequence[Individual]) -> list[float]:
+        """Each individual's share of its cell's mixture weight (cells split evenly among their members),
+        normalised; uniform when the mixture gives these cells no weight."""
+        counts: dict[int, int] = {}
+        for individual in individuals:
+            counts[individual.origin] = counts.get(individual.origin, 0) + 1
+        weights = [self.mixture.get(ind.origin, 0.0) / counts[ind.origin] for ind in individuals]
+        total = sum(weights)
+        if total <= 0:
+            return [1.0 / len(individuals)] * len(individuals)
+        return [w / total for w in weights]
 
     def _replace(
         self,

@@ -76,6 +76,8 @@ def build_settings(
     sparsity: SparsityController | None = None
     if "sparsity" in choices:
         sparsity = choices["sparsity"].component(choices["sparsity"].options)  # type: ignore[assignment]
+    if "pairing" not in choices:  # no [pairing] table and no registered default (its plugin blocked)
+        raise UserError(f"{recipe.path}: pairing: required table is missing (no default pairing registered)")
     return CellSettings(
         recipe=recipe,
         problem=problem,
@@ -83,6 +85,7 @@ def build_settings(
         mutation=choices["mutation"].component(choices["mutation"].options),  # type: ignore[arg-type]
         sparsity=sparsity,
         run_id=run_dir.run_id if run_dir else "run",
+        pairing=choices["pairing"].component(choices["pairing"].options),  # type: ignore[arg-type]
     )
 
 

@@ -195,17 +195,34 @@ class GanProblem(Problem):
 
     # -------------------------------------------------------------------------------- training
     def generator_step(
-        self, attacker: Individual, defender: nn.Module, real: torch.Tensor, *, generator: torch.Generator
+        self,
+        attacker: Individual,
+        defender: nn.Module | Sequence[tuple[nn.Module, float]],
+        real: torch.Tensor,
+        *,
+        generator: torch.Generator,
     ) -> GeneratorStep:
         z = self.noise(real.shape[0], generator)
-        defender.requires_grad_(False)  # the defender's gradients are not needed: skip computing them
+        weighted = [(defender, 1.0)] if isinstance(defender, nn.Module) else list(defender)
+        for network, _ in weighted:
+            network.requires_grad_(False)  # the defenders' gradients are not needed: skip computing them
         try:
             attacker.optimizer.zero_grad(set_to_none=True)
-            fake_logits = defender(attacker.network(z))
-            self.loss.generator_loss(fake_logits, generator=generator).backward()
+            fake = attacker.network(z)
+            if isinstance(defender, nn.Module):
+                fake_logits = defender(fake)
+                loss = self.loss.generator_loss(fake_logits, generator=generator)
+            else:  # one generator forward, one discriminator forward per defender, on the same fakes
+                all_logits = [network(fake) for network, _ in weighted]
+                fake_logits = all_logits[0]
+                loss = torch.zeros((), device=fake.device)
+                for (_, weight), logits in zip(weighted, all_logits, strict=True):
+                    loss = loss + weight * self.loss.generator_loss(logits, generator=generator)
+            loss.backward()
             attacker.optimizer.step()
         finally:
-            defender.requires_grad_(True)
+            for network, _ in weighted:
+                network.requires_grad_(True)
         return GeneratorStep(z=z, real=real, fake_logits_pre=fake_logits.detach(), step=0)
 
     def discriminator_step(
