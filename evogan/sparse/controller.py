@@ -66,7 +66,11 @@ class StaticOptions(Options):
         DEFAULT_KEEP_DENSE, description="Parameter-name fragments never masked."
     )
     br_freq: int = Field(
-        0, ge=0, description="Take a balance-ratio sample every this many G steps (0 = off)."
+        0,
+        ge=0,
+        description="A balance-ratio sample falls due every this many G steps of the cell's generators (0 = "
+        "off); it is taken on the next G step that faces the cell's own discriminator (on a grid some face "
+        "neighbours' copies; due samples wait, at most a window's worth).",
     )
     da_iters: int = Field(
         1000, gt=0, description="BR window in G steps; it holds da_iters // br_freq samples."
@@ -117,14 +121,22 @@ class DstOptions(StaticOptions):
 
 
 class AdaptOptions(DstOptions):
-    br_freq: int = Field(10, gt=0, description="Take a balance-ratio sample every this many G steps.")
+    br_freq: int = Field(
+        10,
+        gt=0,
+        description="A balance-ratio sample falls due every this many G steps of the cell's generators; it "
+        "is taken on the next G step that faces the cell's own discriminator.",
+    )
     br_lower: float = Field(0.45, description="BR at or below this: D too strong, lower its density.")
     br_upper: float = Field(0.55, description="BR at or above this: D too weak, raise its density.")
     density_step: float = Field(0.05, gt=0, le=1, description="Change of D density per decision.")
     density_min: float = Field(0.05, gt=0, le=1, description="D density never goes below this.")
     density_max: float = Field(1.0, gt=0, le=1, description="D density never goes above this.")
     d_interval: int = Field(
-        1000, gt=0, description="A D density decision every this many G steps (window full)."
+        1000,
+        gt=0,
+        description="A D density decision every this many G steps of the cell's generators (window full), "
+        "taken on D's next step.",
     )
     d_growth: Literal["gradient", "random"] = Field("gradient", description="How D grows new weights.")
     band: Literal["fixed", "auto"] = Field(
@@ -180,7 +192,10 @@ class AdaptStrictOptions(AdaptOptions):
         0.5, gt=0, le=1, description="D density cap; at the cap a weak D gets a DST step."
     )
     d_interval: int = Field(
-        2000, gt=0, description="A D density decision every this many G steps (window full)."
+        2000,
+        gt=0,
+        description="A D density decision every this many G steps of the cell's generators (window full), "
+        "taken on D's next step.",
     )
     d_drop_fraction: float = Field(
         0.5,
