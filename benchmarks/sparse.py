@@ -163,6 +163,37 @@ def report(results: list[dict[str, Any]], every: int) -> str:
     return "\n".join(lines)
 
 
+def conv_step_time(iterations: int, batch: int, threads: int) -> float:
+    """Seconds per training iteration (one hinge G step + one D step, Adam) of the conv32 pair on 1x32x32
+    images (Fashion-MNIST's shape; random pixels: data loading is not what costs). Dense compute: masked
+    weights cost the same on CPU (see "Sparse kernels on CPU")."""
+    import torch
+
+    from evogan.builtin.gan.image_networks import Conv32
+
+    torch.set_num_threads(threads)
+    networks = Conv32(Conv32.Options())
+    gen = torch.Generator().manual_seed(0)
+    g, d = (networks.build(role, (1, 32, 32), generator=gen) for role in ("generator", "discriminator"))
+    opt_g, opt_d = (torch.optim.Adam(n.parameters(), 2e-4, betas=(0.5, 0.999)) for n in (g, d))
+    real = torch.rand(batch, 1, 32, 32, generator=gen) * 2 - 1
+
+    def iteration() -> None:
+        z = torch.randn(batch, networks.options.latent_size, 1, 1, generator=gen)
+        opt_g.zero_grad()
+        (-d(g(z)).mean()).backward()
+        opt_g.step()
+        opt_d.zero_grad()
+        (torch.relu(1 - d(real)).mean() + torch.relu(1 + d(g(z).detach())).mean()).backward()
+        opt_d.step()
+
+    iteration()  # warm-up
+    started = time.perf_counter()
+    for _ in range(iterations):
+        iteration()
+    return (time.perf_counter() - started) / iterations
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--generations", type=int, default=60)
@@ -173,7 +204,13 @@ def main() -> None:
     parser.add_argument("--every", type=int, default=6, help="print BR every this many generations")
     parser.add_argument("--json", type=Path, default=None, help="append every finished run here (JSON lines)")
     parser.add_argument("--report", type=Path, nargs="+", default=None, help="only print the table of these")
+    parser.add_argument("--conv-timing", type=int, default=0, help="only time this many conv32 iterations")
+    parser.add_argument("--threads", type=int, default=1, help="threads for --conv-timing")
     args = parser.parse_args()
+    if args.conv_timing:
+        seconds = conv_step_time(args.conv_timing, 64, args.threads)
+        print(f"conv32 pair, 1x32x32, batch 64, {args.threads} thread(s): {seconds:.3f} s per G+D iteration")
+        return
     if args.report:
         print(report([r for path in args.report for r in read_jsonl(path)], args.every))
         return
