@@ -1,13 +1,16 @@
 """Sparse GAN training on the demo MNIST digits: dense, Static, SET, RigL and ADAPT relax/strict.
 
 One GAN (1x1 grid, population 1, selection off, so every run is plain continuous training of one pair) on
-``recipes/mnist-adapt.toml``'s problem (MNIST MLP, hinge loss, d_skip 1) at generator densities 10/30/50 %,
-the same seed and generations for all. Per run: the classifier FID/TVD of the final generator
-(summary.json), the theoretical training-FLOPs fraction (``sparsity.flops_ratio``), training wall time per
-generator step (timings.jsonl, D steps included) and, for ADAPT, the BR trajectory and D density per
-generation (metrics.jsonl). Intervals are scaled to the run length as in the recipe. Usage:
+``recipes/mnist-adapt.toml``'s problem (MNIST MLP, hinge loss, d_skip 1) at generator densities 10/30 %,
+several seeds, the same generations for all. Per run: the classifier FID/TVD of the final generator
+(summary.json), the theoretical training-FLOPs fraction (``sparsity.flops_ratio``), the BR forwards' cost,
+and the discriminator density at the end and its minimum/maximum over the run (metrics.jsonl, one record
+per generation). Variants: ``adapt-relax`` uses the paper's fixed band [0.45, 0.55], ``*-auto`` the
+calibrated band (``band = "auto"``). Intervals are scaled to the run length. Every finished run is appended
+to ``--json`` (one JSON object per line), so a long matrix can be run in pieces and reported together:
 
-    nice -n 5 .venv/bin/python benchmarks/sparse.py [--generations 20] [--densities 0.1 0.3 0.5]
+    nice -n 5 python benchmarks/sparse.py --generations 60 --densities 0.3 --seeds 1 2 3 --json runs.jsonl
+    python benchmarks/sparse.py --report runs.jsonl
 """
 
 from __future__ import annotations
@@ -15,45 +18,60 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from evogan.runtime.single import prepare, run_in_process
-
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "recipes" / "mnist-adapt.toml"
-METHODS = ("dense", "static", "set", "rigl", "adapt-relax", "adapt-strict")
+# variant -> (controller, extra option fields)
+VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "dense": ("dense", ()),
+    "static": ("static", ()),
+    "set": ("set", ()),
+    "rigl": ("rigl", ()),
+    "adapt-relax": ("adapt-relax", ()),
+    "adapt-relax-auto": ("adapt-relax", ('band="auto"',)),
+    "adapt-strict-auto": ("adapt-strict", ('band="auto"',)),
+}
 
 
-def sparsity_table(method: str, density: float, steps: int, batches: int) -> str:
+def sparsity_table(variant: str, density: float, steps: int) -> str:
     """The ``sparsity`` override: the recipe's intervals rescaled to ``steps`` G steps."""
-    if method == "dense":
+    use, extra = VARIANTS[variant]
+    if use == "dense":
         return '{use="dense"}'
     g_interval = max(1, steps // 20)  # 20 G mask updates per run (paper: 200 over 100k)
-    d_interval = max(1, steps // 10)  # 10 D decisions (paper: 100); strict: 5 (paper: dT_D doubled)
-    br_freq = min(5, d_interval)
-    fields = [f'use="{method}"', f"density_g={density}", f"density_d={density}"]
-    if method == "static":
-        fields += [f"br_freq={br_freq}", f"da_iters={d_interval}"]  # BR measured, never acted on
-    else:
+    d_interval = max(1, steps // 15)  # 15 D decisions (paper: 100); strict: dT_D doubled, as the paper
+    br_freq = min(5, d_interval)  # window of d_interval / 5 samples for both (paper: 100 for both)
+    fields = [f'use="{use}"', f"density_g={density}", f"density_d={density}"]
+    fields += [f"br_freq={br_freq}", f"da_iters={d_interval}"]  # static: BR measured, never acted on
+    if use != "static":
         fields += [f"g_interval={g_interval}", f"total_steps={steps}"]
-    if method.startswith("adapt"):
-        interval = 2 * d_interval if method == "adapt-strict" else d_interval
-        fields += [f"br_freq={br_freq}", f"da_iters={interval}", f"d_interval={interval}"]
+    if use.startswith("adapt"):
+        interval = 2 * d_interval if use == "adapt-strict" else d_interval
+        fields += [f"d_interval={interval}"]
+    if 'band="auto"' in extra:
+        fields += [f"band_warmup={2 * d_interval}"]  # two relax intervals at d_D = d_G
+    fields += list(extra)
+    if use in ("set", "rigl"):
+        fields = [f for f in fields if not f.startswith(("br_freq", "da_iters"))]
     return "{" + ", ".join(fields) + "}"
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def one_run(method: str, density: float, args: argparse.Namespace, out: Path) -> dict[str, Any]:
+def one_run(variant: str, density: float, seed: int, args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    from evogan.runtime.single import prepare, run_in_process
+
     steps = args.generations * args.batches  # G steps (critic_steps 1)
     overrides = [
-        f"run.seed={args.seed}",
+        f"run.seed={seed}",
         f"run.generations={args.generations}",
         f'run.output_dir="{out}"',
         "run.checkpoint_every=0",
@@ -64,7 +82,7 @@ def one_run(method: str, density: float, args: argparse.Namespace, out: Path) ->
         "topology.cols=1",
         "population.selection=false",
         f"problem.batches_per_generation={args.batches}",
-        f"sparsity={sparsity_table(method, density, steps, args.batches)}",
+        f"sparsity={sparsity_table(variant, density, steps)}",
     ]
     prepared = prepare(RECIPE, overrides=overrides)
     started = time.perf_counter()
@@ -75,78 +93,147 @@ def one_run(method: str, density: float, args: argparse.Namespace, out: Path) ->
     timings = read_jsonl(run_dir / "timings.jsonl")
     final = summary["cells"]["0"]
     sparse = records[-1].get("sparsity", {})
+    d_path = [r.get("sparsity", {}).get("density_d", 1.0) for r in records]
     return {
-        "method": method,
-        "density_g": 1.0 if method == "dense" else density,
+        "variant": variant,
+        "seed": seed,
+        "steps": steps,
+        "density_g": 1.0 if variant == "dense" else density,
         "fid": final["generator"]["fid"],
         "tvd": final["generator"]["tvd"],
         "classes": final["generator"].get("classes_covered"),
         "flops_ratio": sparse.get("flops_ratio", 1.0),
         "flops_br_share": (sparse["flops_br"] / sparse["flops_train"]) if sparse.get("flops_train") else 0.0,
-        "density_d_final": sparse.get("density_d", 1.0),
+        "density_d_final": d_path[-1],
+        "density_d_min": min(d_path),
+        "density_d_max": max(d_path),
         "ms_per_g_step": 1000 * sum(t["training"] for t in timings) / steps,
         "wall_s": wall,
         "br": [r.get("sparsity", {}).get("br", math.nan) for r in records],
-        "density_d": [r.get("sparsity", {}).get("density_d", math.nan) for r in records],
+        "br_band": [r.get("sparsity", {}).get("br_lower", math.nan) for r in records][-1:]
+        + [r.get("sparsity", {}).get("br_upper", math.nan) for r in records][-1:],
+        "density_d": d_path,
         "run_dir": str(run_dir),
     }
 
 
-def fmt(value: float, digits: int = 3) -> str:
+def fmt(value: float | None, digits: int = 3) -> str:
     return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}g}"
 
 
+def mean_sd(values: list[float], digits: int) -> str:
+    if len(values) == 1:
+        return f"{values[0]:.{digits}f}"
+    return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
+
+
 def report(results: list[dict[str, Any]], every: int) -> str:
+    """Mean ± sd over seeds per (variant, d_G); then each run's BR / d_D path."""
+    groups: dict[tuple[float, str], list[dict[str, Any]]] = {}
+    order = list(VARIANTS)
+    for r in results:
+        groups.setdefault((r["density_g"], r["variant"]), []).append(r)
     lines = [
-        "| method | d_G | FID | TVD | classes | FLOPs % of dense | BR FLOPs % | final d_D | ms / G step | wall s |",
+        "| method | d_G | seeds | FID | TVD | classes | FLOPs % of dense | BR cost % | final d_D | min / max d_D |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for r in results:
+    for (density, variant), runs in sorted(groups.items(), key=lambda kv: (-kv[0][0], order.index(kv[0][1]))):
         lines.append(
-            f"| {r['method']} | {r['density_g']:.0%} | {r['fid']:.1f} | {r['tvd']:.3f} | {fmt(r['classes'])} "
-            f"| {100 * r['flops_ratio']:.1f} | {100 * r['flops_br_share']:.2f} | {r['density_d_final']:.2f} "
-            f"| {r['ms_per_g_step']:.1f} | {r['wall_s']:.0f} |"
+            f"| {variant} | {density:.0%} | {len(runs)} | {mean_sd([r['fid'] for r in runs], 1)} "
+            f"| {mean_sd([r['tvd'] for r in runs], 3)} | {mean_sd([float(r['classes'] or 0) for r in runs], 1)} "
+            f"| {mean_sd([100 * r['flops_ratio'] for r in runs], 1)} "
+            f"| {mean_sd([100 * r['flops_br_share'] for r in runs], 2)} "
+            f"| {mean_sd([r['density_d_final'] for r in runs], 2)} "
+            f"| {min(r['density_d_min'] for r in runs):.2f} / {max(r['density_d_max'] for r in runs):.2f} |"
         )
-    lines.append("")
-    lines.append(f"BR / D density every {every} generations (generation {every}, {2 * every}, ...):")
-    lines.append("")
-    for r in results:
-        if r["method"] in ("dense",):
+    lines += ["", f"BR / d_D every {every} generations (generation {every}, {2 * every}, ...):", ""]
+    for (density, variant), runs in sorted(groups.items(), key=lambda kv: (-kv[0][0], order.index(kv[0][1]))):
+        if variant in ("dense", "set", "rigl"):
             continue
-        picks = range(every - 1, len(r["br"]), every)
-        br = " ".join(fmt(r["br"][i], 2) for i in picks)
-        line = f"- {r['method']} d_G {r['density_g']:.0%}: BR {br}"
-        if r["method"].startswith("adapt"):
-            line += " | d_D " + " ".join(f"{r['density_d'][i]:.2f}" for i in picks)
-        lines.append(line)
+        for r in sorted(runs, key=lambda r: r["seed"]):
+            picks = range(every - 1, len(r["br"]), every)
+            line = f"- {variant} d_G {density:.0%} seed {r['seed']}: BR " + " ".join(
+                fmt(r["br"][i], 2) for i in picks
+            )
+            if variant.startswith("adapt"):
+                line += " | d_D " + " ".join(f"{r['density_d'][i]:.2f}" for i in picks)
+                if variant.endswith("auto") and r["br_band"]:
+                    line += f" | band [{fmt(r['br_band'][0], 3)}, {fmt(r['br_band'][1], 3)}]"
+            lines.append(line)
     return "\n".join(lines)
+
+
+def conv_step_time(iterations: int, batch: int, threads: int) -> float:
+    """Seconds per training iteration (one hinge G step + one D step, Adam) of the conv32 pair on 1x32x32
+    images (Fashion-MNIST's shape; random pixels: data loading is not what costs). Dense compute: masked
+    weights cost the same on CPU (see "Sparse kernels on CPU")."""
+    import torch
+
+    from evogan.builtin.gan.image_networks import Conv32
+
+    torch.set_num_threads(threads)
+    networks = Conv32(Conv32.Options())
+    gen = torch.Generator().manual_seed(0)
+    g, d = (networks.build(role, (1, 32, 32), generator=gen) for role in ("generator", "discriminator"))
+    opt_g, opt_d = (torch.optim.Adam(n.parameters(), 2e-4, betas=(0.5, 0.999)) for n in (g, d))
+    real = torch.rand(batch, 1, 32, 32, generator=gen) * 2 - 1
+
+    def iteration() -> None:
+        z = torch.randn(batch, networks.options.latent_size, 1, 1, generator=gen)
+        opt_g.zero_grad()
+        (-d(g(z)).mean()).backward()
+        opt_g.step()
+        opt_d.zero_grad()
+        (torch.relu(1 - d(real)).mean() + torch.relu(1 + d(g(z).detach())).mean()).backward()
+        opt_d.step()
+
+    iteration()  # warm-up
+    started = time.perf_counter()
+    for _ in range(iterations):
+        iteration()
+    return (time.perf_counter() - started) / iterations
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--generations", type=int, default=20)
+    parser.add_argument("--generations", type=int, default=60)
     parser.add_argument("--batches", type=int, default=50, help="G steps per generation")
-    parser.add_argument("--densities", type=float, nargs="+", default=[0.1, 0.3, 0.5])
-    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--every", type=int, default=5, help="print BR every this many generations")
-    parser.add_argument("--json", type=Path, default=None, help="also write all results here")
+    parser.add_argument("--densities", type=float, nargs="+", default=[0.3, 0.1])
+    parser.add_argument("--methods", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--every", type=int, default=6, help="print BR every this many generations")
+    parser.add_argument("--json", type=Path, default=None, help="append every finished run here (JSON lines)")
+    parser.add_argument("--report", type=Path, nargs="+", default=None, help="only print the table of these")
+    parser.add_argument("--conv-timing", type=int, default=0, help="only time this many conv32 iterations")
+    parser.add_argument("--threads", type=int, default=1, help="threads for --conv-timing")
     args = parser.parse_args()
+    if args.conv_timing:
+        seconds = conv_step_time(args.conv_timing, 64, args.threads)
+        print(f"conv32 pair, 1x32x32, batch 64, {args.threads} thread(s): {seconds:.3f} s per G+D iteration")
+        return
+    if args.report:
+        print(report([r for path in args.report for r in read_jsonl(path)], args.every))
+        return
     out = Path(tempfile.mkdtemp(prefix="evogan-sparse-"))
     print("command:", " ".join(["python", *sys.argv]), flush=True)
     results = []
-    for method in args.methods:
-        for density in [1.0] if method == "dense" else args.densities:
-            result = one_run(method, density, args, out)
-            results.append(result)
-            print(
-                f"{method} d_G={density}: fid={result['fid']:.1f} tvd={result['tvd']:.3f} "
-                f"flops={result['flops_ratio']:.3f} d_D={result['density_d_final']:.2f} "
-                f"{result['ms_per_g_step']:.1f} ms/step {result['wall_s']:.0f} s",
-                flush=True,
-            )
-            if args.json:
-                args.json.write_text(json.dumps(results, indent=1))
+    for density in args.densities:
+        for seed in args.seeds:  # seed-major: a cut matrix still has every method
+            for variant in args.methods:
+                if variant == "dense" and density != args.densities[0]:
+                    continue
+                result = one_run(variant, density, seed, args, out)
+                results.append(result)
+                print(
+                    f"{variant} d_G={result['density_g']} seed={seed}: fid={result['fid']:.1f} "
+                    f"tvd={result['tvd']:.3f} flops={result['flops_ratio']:.3f} "
+                    f"d_D={result['density_d_final']:.2f} [{result['density_d_min']:.2f}, "
+                    f"{result['density_d_max']:.2f}] {result['wall_s']:.0f} s",
+                    flush=True,
+                )
+                if args.json:
+                    with args.json.open("a") as stream:
+                        stream.write(json.dumps(result) + "\n")
     print()
     print(report(results, args.every))
 

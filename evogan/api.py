@@ -169,6 +169,17 @@ class SparsityController(Component):
     def prepare(self, individual: Individual, *, generator: torch.Generator) -> None:
         """A new individual was created: build its masks and state in ``individual.sparse``."""
 
+    def begin_generation(
+        self,
+        generators: Sequence[Individual],
+        discriminators: Sequence[Individual],
+        incumbents: Sequence[Individual] = (),
+    ) -> None:
+        """Called once per generation before training, with the individuals the cell trains. With
+        selection on they are offspring and ``incumbents`` holds the cell's own discriminators (state that
+        belongs to the local lineage must survive whichever of the two replacement keeps); opponents not
+        listed here are neighbours' copies, replaced by the next message."""
+
     def after_discriminator_step(self, discriminator: Individual) -> None:
         """Called after every discriminator optimizer step."""
 
@@ -183,6 +194,11 @@ class SparsityController(Component):
     def metrics(self, generator: Individual, discriminator: Individual) -> dict[str, float]:
         """Numbers for ``metrics.jsonl`` and the live view (balance ratio, densities, FLOPs)."""
         return {}
+
+    def evaluation_network(self, individual: Individual) -> nn.Module:
+        """The network evaluation and sample pictures use for ``individual`` (e.g. a weight average);
+        never trained. The default is the individual's own network."""
+        return individual.network
 
     def check(self, individual: Individual) -> None:
         """A checkpointed individual was loaded: raise ``UserError`` if its sparse state does not fit."""

@@ -111,7 +111,7 @@ def sample(
     if not 0 <= cell < len(cells):
         raise UserError(f"--cell {cell}: the run has cells 0..{len(cells) - 1}")
     chosen = cells[cell]
-    networks, weights = ([chosen.best("generator").network], [1.0]) if single else mixture_of(chosen)
+    networks, weights = ([chosen.evaluated(chosen.best("generator"))], [1.0]) if single else mixture_of(chosen)
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
         settings.problem.save_pictures(

@@ -10,7 +10,8 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
+
+from evogan.engine.rundir import RunDirectory
 
 pytestmark = pytest.mark.slow
 
@@ -38,8 +39,8 @@ def test_ctrl_c_checkpoints_and_resumes(tiny_recipe, tmp_path: Path) -> None:
     stopped_at = summary["generations"]
     assert summary["interrupted"] is True and stopped_at < 200
     for cell in range(4):
-        state = torch.load(run_dir / "checkpoints" / f"cell-{cell:04d}.pt", weights_only=True)
-        assert state["generation"] == stopped_at  # every cell finished the same generation
+        # every cell finished the same generation
+        assert RunDirectory(run_dir).checkpoint_generations(cell)[0] == stopped_at
     resumed = subprocess.run(
         [
             sys.executable,

@@ -123,8 +123,8 @@ def test_adapt_grows_a_spectral_norm_discriminator_by_gradient() -> None:
     d = _Ind("discriminator", build("discriminator", ndf=8))
     controller.prepare(g, generator=torch.Generator().manual_seed(0))  # type: ignore[arg-type]
     controller.prepare(d, generator=torch.Generator().manual_seed(1))  # type: ignore[arg-type]
-    d.sparse["br_window"] = [[0.9, 0.0, 1.0]] * 2  # BR 0.9: D too weak
-    d.sparse["pending"] = True
+    d.sparse["balance"]["window"] = [[0.9, 0.0, 1.0]] * 2  # BR 0.9: D too weak
+    d.sparse["balance"]["pending"] = True
     d.optimizer.zero_grad()
     (-d.network(torch.randn(4, 3, 32, 32)).mean()).backward()
     d.optimizer.step()
@@ -139,7 +139,7 @@ def test_adapt_grows_a_spectral_norm_discriminator_by_gradient() -> None:
             return disc(gen(z)), disc(real)
 
     controller.after_generator_step(g, d, step, Logits())  # type: ignore[arg-type]
-    assert len(d.sparse["br_window"]) == 2
+    assert len(d.sparse["balance"]["window"]) == 2
 
 
 # ------------------------------------------------------------------------------------------ a short run

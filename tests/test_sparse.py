@@ -297,8 +297,8 @@ def adapt_pair(cls: type, density_d: float, **options: Any) -> tuple[Any, FakeIn
 
 def decide(controller: Any, d: FakeIndividual, br: float) -> None:
     """Force one decision with a full window whose BR is ``br`` (fD = 0, r = 1, fG = br)."""
-    d.sparse["br_window"] = [[br, 0.0, 1.0]] * 4
-    d.sparse["pending"] = True
+    d.sparse["balance"]["window"] = [[br, 0.0, 1.0]] * 4
+    d.sparse["balance"]["pending"] = True
     controller.after_discriminator_step(d)
 
 
@@ -316,7 +316,7 @@ def test_adapt_raises_lowers_and_respects_floor_and_cap() -> None:
     decide(controller, d, 0.55)  # at the upper bound counts as too weak
     assert d.sparse["density"] == pytest.approx(0.4)
     decide(controller, d, 0.5)  # inside the band: nothing
-    assert d.sparse["density"] == pytest.approx(0.4) and d.sparse["br"] == pytest.approx(0.5)
+    assert d.sparse["density"] == pytest.approx(0.4) and d.sparse["balance"]["br"] == pytest.approx(0.5)
     decide(controller, d, 0.45)
     assert d.sparse["density"] == pytest.approx(0.35) and d_density(d) == pytest.approx(0.35, abs=1 / total)
     for _ in range(10):
@@ -350,7 +350,8 @@ def test_adapt_strict_does_dst_at_the_cap() -> None:
 def test_adapt_strict_d_schedule_counts_generator_steps(monkeypatch: pytest.MonkeyPatch) -> None:
     # n_critic 5: D has taken 5x the G steps; the D drop fraction must follow the run's G-step horizon.
     controller, _, d = adapt_pair(builtin.AdaptStrict, 0.5, total_steps=1000, d_drop_fraction=0.4)
-    d.sparse.update(steps=5000, g_steps=500)
+    d.sparse["steps"] = 5000
+    d.sparse["balance"]["clock"] = 500
     seen: list[tuple[int, int]] = []
     real = dst.cosine_fraction
 
@@ -366,11 +367,14 @@ def test_adapt_strict_d_schedule_counts_generator_steps(monkeypatch: pytest.Monk
 def test_adapt_end_to_end_flags_and_decides_on_the_d_step() -> None:
     controller, g, d = adapt_pair(builtin.AdaptRelax, 0.3)
     train(controller, g, d, steps=8)
-    assert d.sparse["g_steps"] == 8 and len(d.sparse["br_window"]) == 4
-    assert "br" in d.sparse and d.sparse["pending"] is False
+    state = d.sparse["balance"]
+    assert state["clock"] == 8 and len(state["window"]) == 4 and state["due"] == 0
+    assert "br" in state and state["pending"] is False and state["decisions"] == 2
     metrics = controller.metrics(g, d)
     assert set(metrics) == {
         "br",
+        "br_lower",
+        "br_upper",
         "density_g",
         "density_d",
         "flops_train",

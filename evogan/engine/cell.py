@@ -345,6 +345,9 @@ class Cell:
             g_opponents, d_opponents = all_d, all_g
         lap("selection")
 
+        if settings.sparsity is not None:  # which Ds are the cell's own; offspring share lineage state
+            incumbents = self.discriminators if population.selection else ()
+            settings.sparsity.begin_generation(new_g, new_d, incumbents)
         self._training = {"generator": new_g, "discriminator": new_d}
         try:
             self._train(new_g, new_d, g_opponents, d_opponents, rnd)
@@ -451,13 +454,18 @@ class Cell:
             replaced[role] = accept
         return replaced
 
+    def evaluated(self, individual: Individual) -> torch.nn.Module:
+        """The network evaluation and pictures use for ``individual`` (the sparsity controller's choice)."""
+        sparsity = self.settings.sparsity
+        return individual.network if sparsity is None else sparsity.evaluation_network(individual)
+
     def mixture_members(self) -> tuple[list[int], list[torch.nn.Module]]:
         cells, networks = [], []
         for cell in sorted(self.mixture):
             if cell == self.index:
-                networks.append(self.best("generator").network)
+                networks.append(self.evaluated(self.best("generator")))
             elif cell in self.foreign:
-                networks.append(self.foreign[cell]["generator"].network)
+                networks.append(self.evaluated(self.foreign[cell]["generator"]))
             else:
                 continue  # never heard from: left out, weights renormalised
             cells.append(cell)

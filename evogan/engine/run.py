@@ -357,7 +357,7 @@ def score_cells(cells: Sequence[Cell], settings: CellSettings, seed: int) -> dic
         rnd = CellRandom.for_generation(seed, cell.index, cell.generation, "evaluation")
         noise_seed = int(rnd.numpy.integers(2**62))
         single = problem.evaluate(
-            [cell.best("generator").network], [1.0], generator=torch.Generator().manual_seed(noise_seed)
+            [cell.evaluated(cell.best("generator"))], [1.0], generator=torch.Generator().manual_seed(noise_seed)
         )
         networks, weights = mixture_of(cell)
         mixture = problem.evaluate(networks, weights, generator=torch.Generator().manual_seed(noise_seed))

@@ -14,6 +14,7 @@ one sample taken while D cannot tell real from fake moves a 100-sample mean by a
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -59,6 +60,16 @@ def push(window: list[list[float]], sample: Sequence[float], size: int) -> None:
     del window[: max(0, len(window) - size)]
 
 
+def calibrated_band(history: Sequence[float], width: float, min_width: float) -> tuple[float, float]:
+    """The calibrated band ``[c - h, c + h]``: ``c`` the median of ``history`` (the warm-up's window BRs),
+    ``h = max(width * |c|, min_width)``. The paper's [0.45, 0.55] is this rule at c = 0.5, width 0.1."""
+    if not history:
+        raise ValueError("calibrated band from an empty history")
+    centre = float(statistics.median(history))
+    half = max(width * abs(centre), min_width)
+    return centre - half, centre + half
+
+
 @torch.no_grad()
 def measure(
     problem: Problem, discriminator: nn.Module, generator: nn.Module, step: GeneratorStep
@@ -75,4 +86,13 @@ def measure(
     return [float(v) for v in means.tolist()]  # one device sync
 
 
-__all__ = ["DEFAULT_CLIP", "DEFAULT_EPS", "balance_ratio", "measure", "push", "sample_ratio", "window_size"]
+__all__ = [
+    "DEFAULT_CLIP",
+    "DEFAULT_EPS",
+    "balance_ratio",
+    "calibrated_band",
+    "measure",
+    "push",
+    "sample_ratio",
+    "window_size",
+]

@@ -3,18 +3,29 @@
 Lifecycle (the engine calls these on the hot path, per cell):
 
 - ``prepare``: ERK/uniform masks at ``density_g``/``density_d`` drawn from the engine's generator;
-- ``after_generator_step``: enforce G's mask; account FLOPs; every ``br_freq`` G steps a BR sample into
-  D's window; every ``g_interval`` G steps one G prune-and-grow (its gradient is still there); every
-  ``d_interval`` G steps (window full) flag D for a density decision;
+- ``begin_generation``: learn which discriminators this cell trains (its own, or its offspring) and link
+  each offspring to the local lineage's balance state (see below);
+- ``after_generator_step``: enforce G's mask; account FLOPs; every ``g_interval`` G steps one G
+  prune-and-grow (its gradient is still there), then the SEMA update; advance the balance clock of each of
+  the cell's own discriminators; a BR sample falls due every ``br_freq`` clock ticks and is taken on the
+  next G step that faces that discriminator; every ``d_interval`` ticks (window full, warm-up over) flag it
+  for a density decision;
 - ``after_discriminator_step``: enforce D's mask; account FLOPs; run a flagged decision now, while D's own
   gradient of this step is present (growth by gradient must not rank on the G loss's gradient).
 
-Intervals count the individual's own steps (stored in ``individual.sparse``), so they travel with
-selection copies and checkpoints. See :mod:`evogan.sparse.state` for the state layout.
+Grid bookkeeping. A G step against a neighbour's frozen copy credits nothing to that copy (it is replaced
+by the next message): the clock of the cell's own discriminator still ticks, and the sample that falls due
+is taken on the next G step against it, so its window fills at one sample per ``br_freq`` G steps of the
+cell whatever the pairing (as long as its own D is faced at least that often). The balance state (clock,
+due samples, window, pending decision, calibration) is the local lineage's: under selection every
+offspring shares its incumbent's, so the state survives whether the offspring replaces it or not, and it
+travels with the individual that replaces. Masks, densities, step counts and ledgers stay per individual.
+See :mod:`evogan.sparse.state` for the state layout.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -22,7 +33,7 @@ import torch
 from pydantic import Field, model_validator
 
 from evogan.api import GeneratorStep, Options, Problem, SparsityController
-from evogan.sparse import balance, dst, flops
+from evogan.sparse import balance, dst, flops, sema
 from evogan.sparse.masks import (
     DEFAULT_KEEP_DENSE,
     apply_masks,
@@ -36,6 +47,8 @@ from evogan.sparse.masks import (
 from evogan.sparse.state import FORMAT, masks_of, validate_sparse_state
 
 if TYPE_CHECKING:
+    from torch import nn
+
     from evogan.engine.population import Individual
 
 
@@ -53,7 +66,11 @@ class StaticOptions(Options):
         DEFAULT_KEEP_DENSE, description="Parameter-name fragments never masked."
     )
     br_freq: int = Field(
-        0, ge=0, description="Take a balance-ratio sample every this many G steps (0 = off)."
+        0,
+        ge=0,
+        description="A balance-ratio sample falls due every this many G steps of the cell's generators (0 = "
+        "off); it is taken on the next G step that faces the cell's own discriminator (on a grid some face "
+        "neighbours' copies; due samples wait, at most a window's worth).",
     )
     da_iters: int = Field(
         1000, gt=0, description="BR window in G steps; it holds da_iters // br_freq samples."
@@ -63,6 +80,14 @@ class StaticOptions(Options):
     )
     br_clip: float = Field(
         balance.DEFAULT_CLIP, gt=0, description="Per-sample BR ratios are clipped to [-clip, clip]."
+    )
+    sema: float = Field(
+        0.0,
+        ge=0,
+        lt=1,
+        description="Decay of the generator's sparse exponential moving average (SEMA; 0 = off). When on, "
+        "evaluation and sample pictures use the average; on a G mask change the average is multiplied by "
+        "the new mask first (pruned positions 0, grown ones start at 0). The paper: 0.999 over 100k steps.",
     )
 
     @model_validator(mode="after")
@@ -96,21 +121,64 @@ class DstOptions(StaticOptions):
 
 
 class AdaptOptions(DstOptions):
-    br_freq: int = Field(10, gt=0, description="Take a balance-ratio sample every this many G steps.")
+    br_freq: int = Field(
+        10,
+        gt=0,
+        description="A balance-ratio sample falls due every this many G steps of the cell's generators; it "
+        "is taken on the next G step that faces the cell's own discriminator.",
+    )
     br_lower: float = Field(0.45, description="BR at or below this: D too strong, lower its density.")
     br_upper: float = Field(0.55, description="BR at or above this: D too weak, raise its density.")
     density_step: float = Field(0.05, gt=0, le=1, description="Change of D density per decision.")
     density_min: float = Field(0.05, gt=0, le=1, description="D density never goes below this.")
     density_max: float = Field(1.0, gt=0, le=1, description="D density never goes above this.")
     d_interval: int = Field(
-        1000, gt=0, description="A D density decision every this many G steps (window full)."
+        1000,
+        gt=0,
+        description="A D density decision every this many G steps of the cell's generators (window full), "
+        "taken on D's next step.",
     )
     d_growth: Literal["gradient", "random"] = Field("gradient", description="How D grows new weights.")
+    band: Literal["fixed", "auto"] = Field(
+        "fixed",
+        description="'fixed': keep BR inside [br_lower, br_upper] (the paper's band, tuned on SNGAN hinge "
+        "logits). 'auto': calibrate the band on this network pair: for the first band_warmup G steps D's "
+        "density stays at density_g (= density_d, static balance) and every full window's BR is recorded; "
+        "then the band is [c - h, c + h] with c their median and h = max(band_width x |c|, "
+        "band_min_width), and decisions start (the first on the first d_interval multiple after the "
+        "warm-up).",
+    )
+    band_warmup: int = Field(
+        2000,
+        gt=0,
+        description="band = 'auto': warm-up length in G steps of the balance clock (at least da_iters, so "
+        "one window fills).",
+    )
+    band_width: float = Field(
+        0.1,
+        gt=0,
+        le=10,
+        description="band = 'auto': half-width relative to the centre (0.1: the paper's [0.45, 0.55] is 0.5 +/- 10 %).",
+    )
+    band_min_width: float = Field(
+        0.01, ge=0, description="band = 'auto': smallest half-width in BR units (for a centre near 0)."
+    )
 
     @model_validator(mode="after")
     def _band(self) -> AdaptOptions:
         if self.br_lower >= self.br_upper:
             raise ValueError(f"br_lower ({self.br_lower}) must be below br_upper ({self.br_upper})")
+        if self.band == "auto":
+            if self.density_d != self.density_g:
+                raise ValueError(
+                    f'band = "auto" calibrates at d_D = d_G: density_d ({self.density_d}) must equal '
+                    f"density_g ({self.density_g})"
+                )
+            if self.band_warmup < self.da_iters:
+                raise ValueError(
+                    f"band_warmup ({self.band_warmup}) must be at least da_iters ({self.da_iters}), so a "
+                    "window fills during the warm-up"
+                )
         if not self.density_min <= self.density_d <= self.density_max:
             raise ValueError(
                 f"density_d ({self.density_d}) must lie within [density_min, density_max] "
@@ -124,7 +192,10 @@ class AdaptStrictOptions(AdaptOptions):
         0.5, gt=0, le=1, description="D density cap; at the cap a weak D gets a DST step."
     )
     d_interval: int = Field(
-        2000, gt=0, description="A D density decision every this many G steps (window full)."
+        2000,
+        gt=0,
+        description="A D density decision every this many G steps of the cell's generators (window full), "
+        "taken on D's next step.",
     )
     d_drop_fraction: float = Field(
         0.5,
@@ -142,6 +213,11 @@ class MaskedController(SparsityController):
     g_growth: ClassVar[dst.Growth | None] = None  # None: the generator's mask never changes
     adapt: ClassVar[bool] = False  # BR-driven discriminator density
     strict: ClassVar[bool] = False  # at the cap, a weak D gets a DST step instead
+
+    def __init__(self, options: Options) -> None:
+        super().__init__(options)
+        # id(generator) -> the discriminators its cell trains this generation (begin_generation)
+        self._home: dict[int, list[Individual]] = {}
 
     @property
     def opts(self) -> StaticOptions:
@@ -171,17 +247,43 @@ class MaskedController(SparsityController):
             ledger=flops.new_ledger(),
         )
         if individual.role == "discriminator":
-            individual.sparse.update(g_steps=0, br_window=[], pending=False)
+            individual.sparse["balance"] = new_balance()
+        elif o.sema:
+            individual.sparse["sema"] = sema.start(individual.network)
+
+    def begin_generation(
+        self,
+        generators: Sequence[Individual],
+        discriminators: Sequence[Individual],
+        incumbents: Sequence[Individual] = (),
+    ) -> None:
+        """Remember the discriminators this cell trains; under selection (``incumbents``: the cell's own
+        discriminators, ``discriminators`` their offspring) offspring ``i`` shares incumbent ``i``'s
+        balance state, so the lineage keeps it whichever of the two survives replacement."""
+        for g in generators:
+            self._home[id(g)] = list(discriminators)
+        if not incumbents or {id(d) for d in incumbents} == {id(d) for d in discriminators}:
+            return
+        seen: set[int] = set()
+        for incumbent in incumbents:  # a D that replaced twice may share its state: split it
+            state = incumbent.sparse.get("balance")
+            if state is not None and id(state) in seen:
+                incumbent.sparse["balance"] = state = copy.deepcopy(state)
+            if state is not None:
+                seen.add(id(state))
+        for i, offspring in enumerate(discriminators):
+            state = incumbents[i % len(incumbents)].sparse.get("balance")
+            if state is not None and "balance" in offspring.sparse:
+                offspring.sparse["balance"] = state
 
     def after_generator_step(
         self, generator: Individual, discriminator: Individual, step: GeneratorStep, problem: Problem
     ) -> None:
         o = self.opts
-        gs, ds = generator.sparse, discriminator.sparse
+        gs = generator.sparse
         params = _params(generator)
         apply_masks(params, masks_of(generator), generator.optimizer)
         gs["steps"] += 1
-        ds["g_steps"] = ds.get("g_steps", 0) + 1
         g_cost = _cost(generator, step.z)
         d_cost = _cost(discriminator, step.real)
         batch = len(step.z)
@@ -190,21 +292,16 @@ class MaskedController(SparsityController):
             flops.generator_step_cost(g_cost[0], d_cost[0], batch),
             flops.generator_step_cost(g_cost[1], d_cost[1], batch),
         )
-        ds["batch"], ds["g_cost"] = len(step.real), list(g_cost)
-        if o.br_freq and ds["g_steps"] % o.br_freq == 0:
-            sample = balance.measure(problem, discriminator.network, generator.network, step)
-            balance.push(ds.setdefault("br_window", []), sample, balance.window_size(o.da_iters, o.br_freq))
-            flops.charge(ds["ledger"], batch * (g_cost[0] + 2 * d_cost[0]), 0.0, key="br")
-        if (
-            isinstance(o, AdaptOptions)
-            and self.adapt
-            and ds["g_steps"] % o.d_interval == 0
-            and len(ds.get("br_window", [])) >= balance.window_size(o.da_iters, o.br_freq)
-        ):
-            ds["pending"] = True
+        # Without begin_generation (an engine that does not call it) the faced D is taken as the cell's.
+        for home in self._home.get(id(generator)) or [discriminator]:
+            home.sparse["batch"], home.sparse["g_cost"] = len(step.real), list(g_cost)
+            if "balance" in home.sparse:
+                faced = home is discriminator
+                self._tick(home, generator, step, problem, g_cost, d_cost if faced else None)
+        new_masks = None
         if isinstance(o, DstOptions) and self.g_growth is not None and gs["steps"] % o.g_interval == 0:
             fraction = dst.cosine_fraction(gs["steps"], o.total_steps, o.drop_fraction, o.drop_fraction_end)
-            masks, _ = dst.prune_and_grow(
+            new_masks, _ = dst.prune_and_grow(
                 params,
                 masks_of(generator),
                 fraction,
@@ -212,7 +309,57 @@ class MaskedController(SparsityController):
                 generator=_event_rng(gs),
                 optimizer=generator.optimizer,
             )
-            _set_masks(generator, masks)
+            _set_masks(generator, new_masks)
+        if o.sema and "sema" in gs:
+            sema.update(gs["sema"], generator.network, o.sema, new_masks)
+
+    def _tick(
+        self,
+        discriminator: Individual,
+        generator: Individual,
+        step: GeneratorStep,
+        problem: Problem,
+        g_cost: tuple[float, float],
+        d_cost: tuple[float, float] | None,
+    ) -> None:
+        """One G step of the cell on ``discriminator``'s balance clock; ``d_cost`` when the step faced it."""
+        o = self.opts
+        state = discriminator.sparse["balance"]
+        size = balance.window_size(o.da_iters, o.br_freq) if o.br_freq else 0
+        state["clock"] += 1
+        if o.br_freq and state["clock"] % o.br_freq == 0:
+            state["due"] = min(state["due"] + 1, size)
+        if o.br_freq and state["due"] and d_cost is not None:
+            sample = balance.measure(problem, discriminator.network, generator.network, step)
+            balance.push(state["window"], sample, size)
+            state["due"] -= 1
+            state["samples"] += 1
+            flops.charge(
+                discriminator.sparse["ledger"], len(step.z) * (g_cost[0] + 2 * d_cost[0]), 0.0, key="br"
+            )
+            if self._calibrating(state) and len(state["window"]) >= size:
+                state["calibration"].append(
+                    balance.balance_ratio(state["window"], eps=o.br_eps, clip=o.br_clip)
+                )
+        if not (self.adapt and isinstance(o, AdaptOptions)):
+            return
+        if self._calibrating(state):
+            if state["clock"] < o.band_warmup or not state["calibration"]:
+                return  # warm-up (extended until one window has filled)
+            state["band"] = list(
+                balance.calibrated_band(state["calibration"], o.band_width, o.band_min_width)
+            )
+            state["warmup_end"] = state["clock"]
+        if (
+            state["clock"] % o.d_interval == 0
+            and state["clock"] > state.get("warmup_end", 0)
+            and len(state["window"]) >= size
+        ):
+            state["pending"] = True
+
+    def _calibrating(self, state: dict[str, Any]) -> bool:
+        o = self.opts
+        return isinstance(o, AdaptOptions) and self.adapt and o.band == "auto" and state.get("band") is None
 
     def after_discriminator_step(self, discriminator: Individual) -> None:
         ds = discriminator.sparse
@@ -226,15 +373,25 @@ class MaskedController(SparsityController):
                 flops.discriminator_step_cost(d_cost[0], g_cost[0], batch),
                 flops.discriminator_step_cost(d_cost[1], g_cost[1], batch),
             )
-        if self.adapt and ds.get("pending"):
-            ds["pending"] = False
+        state = ds.get("balance")
+        if self.adapt and state is not None and state["pending"]:
+            state["pending"] = False
             self._decide(discriminator, params)
 
     def end_generation(self, generators: Sequence[Individual], discriminators: Sequence[Individual]) -> None:
-        """Nothing to do: every decision is taken on a step, where the gradients it needs exist."""
+        """Forget this generation's pairing; every decision is taken on a step, where gradients exist."""
+        for g in generators:
+            self._home.pop(id(g), None)
 
     def check(self, individual: Individual) -> None:
         validate_sparse_state(individual, controller=self.name)
+
+    def evaluation_network(self, individual: Individual) -> nn.Module:
+        """The SEMA copy of a generator when ``sema`` is on (and the individual has one), else its network."""
+        average = individual.sparse.get("sema") if self.opts.sema else None
+        if individual.role != "generator" or not average:
+            return individual.network
+        return sema.averaged_copy(individual.network, average)
 
     def metrics(self, generator: Individual, discriminator: Individual) -> dict[str, float]:
         o = self.opts
@@ -243,9 +400,13 @@ class MaskedController(SparsityController):
             "density_g": overall_density(masks_of(generator)),
             "density_d": overall_density(masks_of(discriminator)),
         }
-        window = ds.get("br_window") or []
-        if window:
-            out["br"] = balance.balance_ratio(window, eps=o.br_eps, clip=o.br_clip)
+        state = ds.get("balance") or {}
+        if state.get("window"):
+            out["br"] = balance.balance_ratio(state["window"], eps=o.br_eps, clip=o.br_clip)
+        if self.adapt and isinstance(o, AdaptOptions):
+            band = (o.br_lower, o.br_upper) if o.band == "fixed" else state.get("band")
+            if band:
+                out["br_lower"], out["br_upper"] = float(band[0]), float(band[1])
         train = gs["ledger"]["train"] + ds["ledger"]["train"]
         dense = gs["ledger"]["dense"] + ds["ledger"]["dense"]
         out.update(flops_train=train, flops_dense=dense, flops_br=gs["ledger"]["br"] + ds["ledger"]["br"])
@@ -259,20 +420,23 @@ class MaskedController(SparsityController):
         o = self.opts
         assert isinstance(o, AdaptOptions)
         ds = discriminator.sparse
+        state = ds["balance"]
         masks = masks_of(discriminator)
-        br = balance.balance_ratio(ds["br_window"], eps=o.br_eps, clip=o.br_clip)
-        ds["br"] = br
+        br = balance.balance_ratio(state["window"], eps=o.br_eps, clip=o.br_clip)
+        state["br"] = br
+        state["decisions"] += 1
+        lower, upper = (o.br_lower, o.br_upper) if o.band == "fixed" else state["band"]
         density = float(ds["density"])
         rng = _event_rng(ds)
-        if br >= o.br_upper and density < o.density_max:
+        if br >= upper and density < o.density_max:
             density = min(o.density_max, round(density + o.density_step, 9))
-        elif br <= o.br_lower:
+        elif br <= lower:
             density = max(o.density_min, round(density - o.density_step, 9))
-        elif br >= o.br_upper and self.strict:
+        elif br >= upper and self.strict:
             assert isinstance(o, AdaptStrictOptions)
-            # Progress in G steps seen, like total_steps: D steps run n_critic (or 1 / (d_skip + 1)) times
-            # as fast, and the paper's D schedule spans the whole run (max_iter * n_critic D steps).
-            progress = int(ds.get("g_steps", 0))
+            # Progress in G steps on the balance clock, like total_steps: D steps run n_critic (or
+            # 1 / (d_skip + 1)) times as fast, and the paper's D schedule spans the whole run.
+            progress = int(state["clock"])
             fraction = dst.cosine_fraction(progress, o.total_steps, o.d_drop_fraction, o.drop_fraction_end)
             new, _ = dst.prune_and_grow(
                 params, masks, fraction, growth=o.d_growth, generator=rng, optimizer=discriminator.optimizer
@@ -287,6 +451,20 @@ class MaskedController(SparsityController):
             params, masks, target, growth=o.d_growth, generator=rng, optimizer=discriminator.optimizer
         )
         _set_masks(discriminator, new)
+
+
+def new_balance() -> dict[str, Any]:
+    """A discriminator lineage's balance state (see :mod:`evogan.sparse.state`)."""
+    return {
+        "clock": 0,
+        "samples": 0,
+        "due": 0,
+        "window": [],
+        "pending": False,
+        "decisions": 0,
+        "calibration": [],
+        "band": None,
+    }
 
 
 # ---------------------------------------------------------------------------------------------- helpers
@@ -325,4 +503,11 @@ def _set_masks(individual: Individual, masks: dict[str, torch.Tensor]) -> None:
     _refresh_cost(s)
 
 
-__all__ = ["AdaptOptions", "AdaptStrictOptions", "DstOptions", "MaskedController", "StaticOptions"]
+__all__ = [
+    "AdaptOptions",
+    "AdaptStrictOptions",
+    "DstOptions",
+    "MaskedController",
+    "StaticOptions",
+    "new_balance",
+]

@@ -9,9 +9,14 @@ weights_only=True)``, ``copy.deepcopy`` (selection copies) and the exchange enve
 - ``steps``: own optimizer steps; ``mask_updates``: mask changes; ``seed``: base of per-event RNGs;
 - ``flops`` (per-sample forward FLOPs, see :mod:`evogan.sparse.flops`), ``cost`` ([sparse, dense]
   per-sample forward at the current masks), ``ledger`` (FLOPs totals of this individual's steps);
-- discriminators also: ``g_steps`` (generator steps seen), ``br_window`` ([fG, fD, r] triples), ``br``
-  (last balance ratio acted on), ``pending`` (a density decision waits for the next D step),
-  ``batch`` and ``g_cost`` (batch size and per-sample generator cost for D-step accounting).
+- discriminators also: ``balance``, the local lineage's balance state (shared by an offspring and its
+  incumbent during a generation with selection): ``clock`` (G steps of the cell's generators since the
+  lineage began), ``due`` (BR samples due, taken on the next G steps that face this D), ``samples`` (taken), ``window``
+  ([fG, fD, r] triples), ``pending`` (a density decision waits for the next D step), ``decisions``,
+  ``br`` (last balance ratio acted on), ``calibration`` (window BRs recorded during an ``auto`` band's
+  warm-up), ``band`` ([lower, upper] once calibrated, else None) and ``warmup_end`` (its clock); plus
+  ``batch`` and ``g_cost`` (batch size and per-sample generator cost for D-step accounting);
+- generators with ``sema`` on also: ``sema`` (parameter name -> averaged tensor; not sent to neighbours).
 
 A copied individual inherits its parent's ledger: totals are per lineage, not per cell.
 """
@@ -28,7 +33,7 @@ from evogan.sparse.masks import maskable_parameters
 if TYPE_CHECKING:
     from evogan.engine.population import Individual
 
-FORMAT = 1
+FORMAT = 2  # 2: balance state per lineage (issue 10)
 
 
 def masks_of(individual: Individual) -> dict[str, torch.Tensor]:
@@ -79,6 +84,12 @@ def validate_sparse_state(individual: Individual, *, controller: str | None = No
             )
         if bool(param.detach()[~mask.to(param.device)].any()):
             raise UserError(f"checkpoint {role}: {name!r} has non-zero weights where its mask is off")
+    average = sparse.get("sema")
+    if average is not None:
+        for name, param in params.items():
+            tensor = average.get(name) if isinstance(average, dict) else None
+            if not isinstance(tensor, torch.Tensor) or tensor.shape != param.shape:
+                raise UserError(f"checkpoint {role}: SEMA average of {name!r} is missing or misshapen")
     expected = maskable_parameters(individual.network, tuple(sparse.get("keep_dense", ())))
     missing = sorted(set(expected) - set(masks))
     if missing:

@@ -131,9 +131,14 @@ def decode_sparse(
     return state, masks
 
 
+TENSOR_STATE = ("masks", "sema")  # tensor-valued entries: masks travel as bitmaps, SEMA stays home
+
+
 def sparse_meta(sparse: Mapping[str, Any]) -> dict[str, Any]:
-    """The JSON-safe part of ``individual.sparse`` (everything but the masks) for the envelope's meta."""
-    return json.loads(json.dumps({k: v for k, v in sparse.items() if k != "masks"}))
+    """The JSON-safe part of ``individual.sparse`` (everything but tensors) for the envelope's meta.
+
+    The generator's SEMA average is not sent: a neighbour's copy is evaluated with its live weights."""
+    return json.loads(json.dumps({k: v for k, v in sparse.items() if k not in TENSOR_STATE}))
 
 
 def sparse_state(meta: Mapping[str, Any], masks: Mapping[str, torch.Tensor]) -> dict[str, Any]:
