@@ -25,6 +25,7 @@ import traceback
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -174,6 +175,15 @@ def _worker_failure(run_dir: RunDirectory, workers: int, cells: int, cause: Base
     return UserError(text) if codes and all(code == 2 for code in codes) else RunFailure(text)
 
 
+def _save_report(run_dir: RunDirectory, error: BaseException) -> Path:
+    """torch's whole account of a failure (traceback and message), for logs/; the console gets one line."""
+    report = run_dir.path / "logs" / "launcher-error.txt"
+    text = "".join(traceback.format_exception(error))
+    with contextlib.suppress(OSError):
+        atomic_write(report, lambda f: f.write(text), binary=False)
+    return report
+
+
 def _agent_failure(run_dir: RunDirectory, world: int, cells: int, error: BaseException, endpoint: str) -> Exception:
     """One line for whatever ended the elastic agent; torch's own report goes to logs/launcher-error.txt."""
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -181,10 +191,7 @@ def _agent_failure(run_dir: RunDirectory, world: int, cells: int, error: BaseExc
 
     if isinstance(error, ChildFailedError):
         return _worker_failure(run_dir, world, cells, error)
-    report = run_dir.path / "logs" / "launcher-error.txt"
-    with contextlib.suppress(OSError):
-        text = "".join(traceback.format_exception(error))
-        atomic_write(report, lambda f: f.write(text), binary=False)
+    report = _save_report(run_dir, error)
     first = (str(error).strip().splitlines() or [""])[0][:200]
     if isinstance(error, RendezvousError):
         return RunFailure(
@@ -196,9 +203,7 @@ def _agent_failure(run_dir: RunDirectory, world: int, cells: int, error: BaseExc
 
 def _death_line(run_dir: RunDirectory, workers: int, cells: int, cause: BaseException) -> str:
     """Which worker died and how, from torch's ChildFailedError; its whole report goes to logs/."""
-    report = run_dir.path / "logs" / "launcher-error.txt"
-    with contextlib.suppress(OSError):
-        atomic_write(report, lambda f: f.write(f"{type(cause).__name__}: {cause}\n"), binary=False)
+    report = _save_report(run_dir, cause)
     failures = dict(getattr(cause, "failures", None) or {})
     # The agent SIGTERMs the survivors of a death: the worker that died first is the one to name.
     dead = {r: f for r, f in failures.items() if f.exitcode != -signal.SIGTERM} or failures
