@@ -9,6 +9,8 @@ wall time grows with the number of cells.
 
     .venv/bin/python benchmarks/grid_size.py                        # 5 generations x 40 batches, seeds 1-3
     .venv/bin/python benchmarks/grid_size.py --generations 2 --batches 5 --seeds 1 --sides 1 2   # smoke
+    .venv/bin/python benchmarks/grid_size.py --set 'pairing={use="reference"}' --json a.json   # one pairing
+    .venv/bin/python benchmarks/grid_size.py --summarise a.json b.json   # runs split over processes
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ def one_run(side: int, seed: int, args: argparse.Namespace, output: Path) -> dic
         f"topology.cols={side}",
         f"problem.batches_per_generation={args.batches}",
         "run.workers=1",
+        *args.set,
     ]
     summary, wall, run_dir = run_recipe(RECIPE, overrides)
     cells = summary["cells"]
@@ -67,15 +70,19 @@ def one_run(side: int, seed: int, args: argparse.Namespace, output: Path) -> dic
 
 def table(rows: list[dict[str, Any]], sides: list[int]) -> str:
     lines = [
-        "| grid | mixture TVD | mixture FID | best single G TVD | best single G FID | mean cell G FID "
-        "| wall s |",
-        "|---|---|---|---|---|---|---|",
+        "| grid | seeds | mixture TVD | mixture FID | mixture classes | best single G TVD | best single G FID "
+        "| mean cell G FID | wall s |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for side in sides:
         group = [r for r in rows if r["side"] == side]
-        cols = ["mixture_tvd", "mixture_fid", "single_tvd", "single_fid", "mean_cell_generator_fid", "wall_s"]
+        if not group:
+            continue
+        cols = ["mixture_tvd", "mixture_fid", "mixture_classes", "single_tvd", "single_fid",
+                "mean_cell_generator_fid", "wall_s"]
         values = " | ".join(mean_sd([r[c] for r in group]) for c in cols)
-        lines.append(f"| {side}x{side} | {values} |")
+        seeds = " ".join(str(r["seed"]) for r in group)
+        lines.append(f"| {side}x{side} | {seeds} | {values} |")
     return "\n".join(lines)
 
 
@@ -88,7 +95,13 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--output-dir", type=Path, default=None, help="keep the runs here (default: temp)")
     parser.add_argument("--json", type=Path, default=None, help="also write every run's figures here")
+    parser.add_argument("--set", nargs="+", default=[], help="further recipe overrides, KEY=VALUE")
+    parser.add_argument("--summarise", type=Path, nargs="+", help="print the table of these --json files and stop")
     args = parser.parse_args()
+    if args.summarise:  # runs split over several processes, each with its own --json
+        rows = [row for path in args.summarise for row in json.loads(path.read_text())]
+        print(table(rows, sorted({row["side"] for row in rows})))
+        return
     output = args.output_dir or Path(tempfile.mkdtemp(prefix="evogan-grid-"))
     rows = []
     started = time.perf_counter()
