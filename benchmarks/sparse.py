@@ -36,6 +36,9 @@ VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "adapt-relax": ("adapt-relax", ()),
     "adapt-relax-auto": ("adapt-relax", ('band="auto"',)),
     "adapt-strict-auto": ("adapt-strict", ('band="auto"',)),
+    # The D controller alone: G keeps its initial mask (g_mask = "static"), D's density adapts.
+    "adapt-relax-auto-gstatic": ("adapt-relax", ('band="auto"', 'g_mask="static"')),
+    "adapt-strict-auto-gstatic": ("adapt-strict", ('band="auto"', 'g_mask="static"')),
 }
 
 

@@ -250,6 +250,19 @@ def test_dynamic_generator_mask_changes_at_the_interval(cls: type) -> None:
     assert all(torch.equal(d0[n], d.sparse["masks"][n]) for n in d0)
 
 
+def test_adapt_with_a_static_generator_mask_never_changes_g() -> None:
+    # g_mask = "static": ADAPT's D controller without G's prune-and-grow; "dynamic" (the paper) does it.
+    for g_mask, updates in (("static", 0), ("dynamic", 2)):
+        controller = make(builtin.AdaptRelax, density_g=0.3, g_interval=5, total_steps=20, g_mask=g_mask)
+        g, d = pair()
+        controller.prepare(g, generator=rng(0))
+        controller.prepare(d, generator=rng(1))
+        g0 = {n: m.clone() for n, m in g.sparse["masks"].items()}
+        train(controller, g, d, steps=10)
+        assert g.sparse["mask_updates"] == updates and g.sparse["steps"] == 10
+        assert all(torch.equal(g0[n], g.sparse["masks"][n]) for n in g0) == (g_mask == "static")
+
+
 # ------------------------------------------------------------------------------------------ balance ratio
 def linear_pair(g_out: float) -> tuple[nn.Module, nn.Module]:
     """G(z) = (g_out, 0) for z = 0; D(x) = x_0."""

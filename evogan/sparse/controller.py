@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeGuard
 
 import torch
 from pydantic import Field, model_validator
@@ -139,6 +139,12 @@ class AdaptOptions(DstOptions):
         "taken on D's next step.",
     )
     d_growth: Literal["gradient", "random"] = Field("gradient", description="How D grows new weights.")
+    g_mask: Literal["dynamic", "static"] = Field(
+        "dynamic",
+        description="'dynamic': G prune-and-grow (RigL) every g_interval steps, as the paper. 'static': G "
+        "keeps its initial mask and only D's density adapts (at short horizons G's DST costs more FID than "
+        "the D controller gains: benchmarks/RESULTS.md, 'Sparse training').",
+    )
     band: Literal["fixed", "auto"] = Field(
         "fixed",
         description="'fixed': keep BR inside [br_lower, br_upper] (the paper's band, tuned on SNGAN hinge "
@@ -299,7 +305,7 @@ class MaskedController(SparsityController):
                 faced = home is discriminator
                 self._tick(home, generator, step, problem, g_cost, d_cost if faced else None)
         new_masks = None
-        if isinstance(o, DstOptions) and self.g_growth is not None and gs["steps"] % o.g_interval == 0:
+        if self._g_dynamic(o) and gs["steps"] % o.g_interval == 0:
             fraction = dst.cosine_fraction(gs["steps"], o.total_steps, o.drop_fraction, o.drop_fraction_end)
             new_masks, _ = dst.prune_and_grow(
                 params,
@@ -312,6 +318,12 @@ class MaskedController(SparsityController):
             _set_masks(generator, new_masks)
         if o.sema and "sema" in gs:
             sema.update(gs["sema"], generator.network, o.sema, new_masks)
+
+    def _g_dynamic(self, o: Options) -> TypeGuard[DstOptions]:
+        """Does G's mask change? Not for Static, nor for ADAPT with a static G mask."""
+        if not isinstance(o, DstOptions) or self.g_growth is None:
+            return False
+        return not (isinstance(o, AdaptOptions) and o.g_mask == "static")
 
     def _tick(
         self,
