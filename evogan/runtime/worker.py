@@ -454,7 +454,7 @@ def run_worker(
         print(
             f"worker rank {env.rank} ready {time.ctime()}: "
             + ", ".join(f"{stage} {seconds:.2f} s" for stage, seconds in stages.items())
-            + (f"; resuming at generations {sorted(set(resume_at.values()))}" if resume_at else "; fresh start"),
+            + (f"; resuming at generations {sorted({resume_at[c] for c in mine})}" if resume_at else "; fresh start"),
             flush=True,
         )
         liveness = getattr(transport, "liveness", None)
@@ -481,6 +481,7 @@ def run_worker(
             mine,
             device=device,
             workers=env.world,
+            drives=env.rank == 0,
             annotate=annotate,
             env=env,
             beats=Progress(
@@ -501,12 +502,12 @@ def run_worker(
 def agree_resume_points(directory: RunDirectory, mine: Sequence[int], world: int) -> dict[int, int] | None:
     """Every rank's valid checkpoint generations meet over gloo, so all cells of the run resume from one
     consistent generation (the newest every cell has), or all start afresh when any cell has none.
-    A fresh start removes this rank's checkpoints: they belong to a timeline the run does not continue."""
+    Returns every cell's point (the run starts at the least advanced). A fresh start removes this
+    rank's checkpoints: they belong to a timeline the run does not continue."""
     mine_available = {str(c): directory.valid_generations(c) for c in mine}
     available = {int(c): gens for part in gather_json(mine_available, world) for c, gens in part.items()}
     if all(available.values()):
-        points = resume_points(available)
-        return {c: points[c] for c in mine}
+        return resume_points(available)
     for cell in mine:
         directory.discard_checkpoints_after(cell, 0)
     directory.truncate_records({c: 0 for c in mine})
