@@ -9,7 +9,7 @@ import pytest
 from evogan import hookimpl
 from evogan import recipe as recipes
 from evogan.api import Selection
-from evogan.errors import ComponentConflictError
+from evogan.errors import ComponentConflictError, UserError
 from evogan.plugins import BUILTIN_PLUGINS, describe_plugins, make_plugin_manager
 from evogan.registry import KIND_HOOKS, Registries
 
@@ -103,3 +103,13 @@ def test_core_knows_no_builtin_component_names() -> None:
         for name in names:
             assert f'"{name}"' not in text and f"'{name}'" not in text, f"{path.name} names {name!r}"
     assert all(module.startswith("evogan.builtin.") for module in BUILTIN_PLUGINS)
+
+
+def test_plugins_named_in_the_environment_load_even_without_autoload(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EVOGAN_PLUGINS", "evogan.builtin.reporter, ")
+    monkeypatch.setenv("EVOGAN_DISABLE_PLUGIN_AUTOLOAD", "1")
+    assert make_plugin_manager().get_plugin("evogan.builtin.reporter") is not None
+    assert make_plugin_manager(blocked=["evogan.builtin.reporter"]).get_plugin("evogan.builtin.reporter") is None
+    monkeypatch.setenv("EVOGAN_PLUGINS", "no_such_module_here")
+    with pytest.raises(UserError, match=r"EVOGAN_PLUGINS: cannot import 'no_such_module_here'"):
+        make_plugin_manager()
