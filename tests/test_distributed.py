@@ -29,13 +29,11 @@ from evogan.runtime.launcher import PORT_ENV, Tail, launch
 from evogan.runtime.single import prepare, run_in_process
 from evogan.runtime.worker import (
     Fault,
-    Guarded,
     _rows,
     _text,
     cells_of,
     owner_of,
 )
-from evogan.transport import envelope
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = str(Path(sys.executable))
@@ -169,21 +167,6 @@ def test_tail_joins_timings_and_follows_a_rewrite(tmp_path: Path) -> None:
     assert [r["generation"] for r in tail.poll()] == [2]
     run_dir.append_metrics({"cell": 1, "generation": 1})
     assert [r["cell"] for r in tail.poll(final=True)] == [1]
-
-
-def test_guard_names_a_neighbour_running_another_recipe() -> None:
-    class Inner:
-        options = None
-
-        def __init__(self, digest: str) -> None:
-            self.frames = envelope.encode({"w": torch.zeros(2)}, run="r", cell=1, generation=0, meta={"recipe": digest})
-
-        def gather(self, cell: int, peers: Any, generation: int, **_: Any) -> dict[int, Any]:
-            return {1: self.frames}
-
-    assert 1 in Guarded(Inner("abc"), "abc").gather(0, [1], 0, max_staleness=0, timeout=1)
-    with pytest.raises(RunFailure, match=r"neighbour cell 1 runs recipe def.*recipe hash differs"):
-        Guarded(Inner("def"), "abc").gather(0, [1], 0, max_staleness=0, timeout=1)
 
 
 def test_reporter_shows_peer_age_when_present() -> None:

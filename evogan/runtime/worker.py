@@ -37,7 +37,6 @@ from typing import Any
 import torch
 
 from evogan import recipe as recipes
-from evogan.api import Transport
 from evogan.engine.run import (
     Driver,
     build_settings,
@@ -49,7 +48,7 @@ from evogan.engine.run import (
     write_summary,
 )
 from evogan.engine.rundir import RunDirectory, atomic_write, resume_points
-from evogan.errors import EvoganError, MessageRejected, RunFailure, UserError
+from evogan.errors import EvoganError, RunFailure, UserError
 from evogan.hookspecs import hookimpl
 from evogan.plugins import make_plugin_manager
 from evogan.registry import Registries
@@ -162,54 +161,6 @@ class FaultPlugin:
     def evogan_generation_end(self, cell: int, generation: int) -> None:
         if (cell, generation) == (self.fault.cell, self.fault.generation):
             self.fault.fire()
-
-
-# ------------------------------------------------------------------------------------ transport guard
-class Guarded(Transport):
-    """Delegates to the real transport; a neighbour whose messages carry another recipe hash (and
-    never the right one) stops the run with its cell named, instead of each cell training alone."""
-
-    name = "guarded"
-
-    def __init__(self, inner: Any, digest: str) -> None:
-        super().__init__(inner.options)
-        self.inner, self.digest = inner, digest
-        self.agreed: set[int] = set()
-
-    def publish(self, cell: int, frames: Sequence[bytes | memoryview]) -> None:
-        self.inner.publish(cell, frames)
-
-    def gather(
-        self,
-        cell: int,
-        peers: Sequence[int],
-        generation: int,
-        *,
-        max_staleness: int,
-        timeout: float,
-        substep: int = 0,
-    ) -> dict[int, list[bytes | memoryview]]:
-        from evogan.transport.envelope import parse_header
-
-        found = self.inner.gather(
-            cell, peers, generation, max_staleness=max_staleness, timeout=timeout, substep=substep
-        )
-        for peer, frames in found.items():
-            try:
-                theirs = parse_header(frames, max_bytes=1 << 62).get("meta", {}).get("recipe")
-            except (MessageRejected, AttributeError):
-                continue  # malformed: the cell drops and counts it
-            if theirs == self.digest:
-                self.agreed.add(peer)
-            elif peer not in self.agreed:
-                raise RunFailure(
-                    f"cell {cell}: neighbour cell {peer} runs recipe {theirs}, this node {self.digest} "
-                    "(recipe hash differs): every node must run the same recipe"
-                )
-        return found
-
-    def close(self) -> None:
-        self.inner.close()
 
 
 # ------------------------------------------------------------------------------------ control plane
@@ -477,7 +428,7 @@ def run_worker(
             settings,
             topology,
             directory,
-            Guarded(transport, recipe.digest),
+            transport,
             mine,
             device=device,
             workers=env.world,
