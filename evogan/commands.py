@@ -39,7 +39,7 @@ def _load_run(run_dir_path: Path, disable: tuple[str, ...], device: str | None) 
 @handle_errors
 def evaluate(run_dir: Path, as_json: bool, device: str | None, disable: tuple[str, ...]) -> None:
     """Score every cell's best generator and its mixture ensemble from RUN_DIR's checkpoints."""
-    from evogan.engine.run import problem_summary, score_cells
+    from evogan.engine.run import score_cells
 
     recipe, settings, cells = _load_run(run_dir, disable, device)
     scores = score_cells(cells, settings, recipe.run.seed)
@@ -48,7 +48,7 @@ def evaluate(run_dir: Path, as_json: bool, device: str | None, disable: tuple[st
         "run": str(run_dir),
         "best_cell": int(best),
         "cells": scores,
-        **problem_summary(settings.problem),
+        **settings.problem.describe(),
     }
     if as_json:
         click.echo(json.dumps(result, indent=2, default=float))

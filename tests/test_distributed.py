@@ -21,8 +21,10 @@ from rich.console import Console
 from evogan.builtin.reporter import TerminalReporter
 from evogan.engine.rundir import RunDirectory
 from evogan.errors import RecipeError, RunFailure, UserError
+from evogan.hookspecs import hookimpl
 from evogan.plugins import make_plugin_manager
 from evogan.recipe import load as load_recipe
+from evogan.recipe import transport_choice
 from evogan.registry import Registries
 from evogan.runtime import launcher
 from evogan.runtime.launcher import PORT_ENV, Tail, launch
@@ -34,6 +36,7 @@ from evogan.runtime.worker import (
     cells_of,
     owner_of,
 )
+from evogan.transport.zmq import ZmqTransport
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = str(Path(sys.executable))
@@ -132,6 +135,36 @@ def test_exchange_options_are_validated_and_not_hashed(tiny_recipe) -> None:
         load_recipe(path, registries, ['exchange.transport="zmq"', "exchange.options.nonsense=1"])
     with pytest.raises(RecipeError, match=r"exchange\.options\.hwm: must be >= 1"):
         launcher.check_launch(prepare(path, overrides=["run.workers=2", "exchange.options.hwm=0"]))
+
+
+def test_the_transport_is_chosen_by_what_it_can_connect(tiny_recipe) -> None:
+    registries = Registries.from_plugin_manager(make_plugin_manager())
+    path = tiny_recipe()
+
+    def chosen(processes: int, *sets: str) -> str:
+        recipe = load_recipe(path, registries, list(sets))
+        return transport_choice(recipe, registries, processes=processes).component.name
+
+    assert chosen(1) == "inproc" and chosen(2) == "zmq"
+    assert chosen(1, 'exchange.options.bind="0.0.0.0"') == "inproc"  # node settings of the zmq default
+    with pytest.raises(RecipeError, match=rf"{path}: exchange\.transport: 'zmq' needs run\.workers > 1"):
+        chosen(1, 'exchange.transport="zmq"')
+    with pytest.raises(RecipeError, match=r"'inproc' cannot connect worker processes"):
+        chosen(2, 'exchange.transport="inproc"')
+
+    class Another(ZmqTransport):
+        name = "another"
+
+    class Provider:
+        @hookimpl
+        def evogan_register_transports(self, register: Callable[[type], None]) -> None:
+            register(Another)
+
+    crowded = Registries.from_plugin_manager(make_plugin_manager(extra=[Provider()]))
+    recipe = load_recipe(path, crowded)
+    with pytest.raises(RecipeError, match=r"transport for run\.workers > 1: several fit \(another, zmq\): name one"):
+        transport_choice(recipe, crowded, processes=2)
+    assert transport_choice(recipe, crowded, processes=1).component.name == "inproc"
 
 
 def test_launch_refuses_bad_setups_before_starting_anything(tiny_recipe, monkeypatch) -> None:

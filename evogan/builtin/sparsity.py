@@ -50,7 +50,7 @@ class Dense(SparsityController):
         return {}
 
     def check(self, individual: Individual) -> None:
-        validate_sparse_state(individual, controller=self.name)
+        validate_sparse_state(individual, controller=self.name, masked=False)
 
 
 class Static(MaskedController):

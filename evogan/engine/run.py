@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -39,7 +39,6 @@ class RunInfo:
     start_generation: int
     device: str
     workers: int = 1
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def pick_device(setting: str, local_rank: int = 0) -> torch.device:
@@ -298,7 +297,7 @@ class Driver:
             self.topology.describe(),
             cells,
             interrupted,
-            problem_summary(self.settings.problem),
+            self.settings.problem.describe(),
         )
 
     def score(self) -> dict[str, Any]:
@@ -393,11 +392,6 @@ def load_cells(run_dir: RunDirectory, settings: CellSettings, topology: Topology
         for peer in cell.neighbours:
             cell.foreign[peer] = {role: cells[peer].best(role) for role in ROLES}
     return cells
-
-
-def problem_summary(problem: Problem) -> dict[str, Any]:
-    describe = getattr(problem, "describe", None)
-    return describe() if callable(describe) else {}
 
 
 def set_threads(threads: int) -> None:

@@ -39,7 +39,6 @@ from evogan.plugins import BLOCK_ENV, make_plugin_manager
 from evogan.runtime.single import PreparedRun
 from evogan.runtime.watchdog import progress_path
 from evogan.runtime.worker import (
-    DEFAULT_TRANSPORT,
     RECIPE_ENV,
     STOP_FILE,
     cells_of,
@@ -74,9 +73,7 @@ def check_launch(prepared: PreparedRun, world: int | None = None) -> int:
     cells = build_topology(recipe).cells
     cells_of(0, world or recipe.run.workers, cells)
     check_devices(recipe.run.device, recipe.run.workers)
-    choice = recipes.transport_choice(recipe, prepared.registries, DEFAULT_TRANSPORT)
-    if not all(hasattr(choice.component, name) for name in ("bind", "connect", "wait_ready")):
-        raise UserError(f"exchange.transport: {choice.name!r} cannot connect worker processes (run.workers > 1)")
+    recipes.transport_choice(recipe, prepared.registries, processes=max(2, world or recipe.run.workers))
     # Data, network and metric problems (missing files, image sizes) are found here, not in N workers.
     build_settings(recipe, prepared.registries, None, torch.device("cpu"))
     return cells

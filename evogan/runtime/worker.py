@@ -22,7 +22,6 @@ import json
 import math
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -37,13 +36,13 @@ from typing import Any
 import torch
 
 from evogan import recipe as recipes
+from evogan.api import ConnectableTransport
 from evogan.engine.run import (
     Driver,
     build_settings,
     build_topology,
     default_threads,
     pick_device,
-    problem_summary,
     set_threads,
     write_summary,
 )
@@ -54,7 +53,6 @@ from evogan.plugins import make_plugin_manager
 from evogan.registry import Registries
 from evogan.runtime.watchdog import Progress, progress_path, start_watchdog
 
-DEFAULT_TRANSPORT = "zmq"  # when run.workers > 1 and the recipe names none
 FAULT_ENV = "EVOGAN_FAULT"
 RECIPE_ENV = "EVOGAN_RECIPE"  # the recipe as TOML text, set by `evogan run` for its own workers
 STOP_FILE = "STOP"
@@ -219,26 +217,11 @@ def gather_json(value: Any, world: int) -> list[Any]:
     return [json.loads(bytes(t[: int(n.item())].tolist())) for t, n in zip(out, sizes, strict=True)]
 
 
-def advertise_address(bind: str) -> str:
-    """For a wildcard bind: the local address of the interface that routes to MASTER_ADDR."""
-    target = os.environ.get("MASTER_ADDR", "127.0.0.1")
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        try:
-            probe.connect((target, 9))  # UDP connect sends nothing; it only picks a route
-            return str(probe.getsockname()[0])
-        except OSError:
-            return "127.0.0.1"
-
-
-def make_transport(recipe: recipes.Recipe, registries: Registries) -> Any:
-    choice = recipes.transport_choice(recipe, registries, DEFAULT_TRANSPORT)
-    if not all(hasattr(choice.component, name) for name in ("bind", "connect", "wait_ready")):
-        raise UserError(f"exchange.transport: {choice.name!r} cannot connect worker processes (run.workers > 1)")
-    options = choice.options
-    bind = getattr(options, "bind", None)
-    if bind in ("*", "0.0.0.0", "::") and not getattr(options, "advertise", "x"):
-        options = options.model_copy(update={"advertise": advertise_address(bind)})
-    return choice.component(options)
+def make_transport(recipe: recipes.Recipe, registries: Registries, world: int) -> ConnectableTransport:
+    choice = recipes.transport_choice(recipe, registries, processes=max(2, world))
+    transport = choice.component(choice.options)
+    assert isinstance(transport, ConnectableTransport)  # transport_choice checked the class
+    return transport
 
 
 # ------------------------------------------------------------------------------------ the driver
@@ -257,7 +240,7 @@ class WorkerDriver(Driver):
     def finish(self, interrupted: bool) -> dict[str, Any]:
         scores = self.score()
         parts = gather_json(
-            {"cells": scores, "interrupted": interrupted, "problem": problem_summary(self.settings.problem)},
+            {"cells": scores, "interrupted": interrupted, "problem": self.settings.problem.describe()},
             self.env.world,
         )
         merged = {c: s for part in parts for c, s in part["cells"].items()}
@@ -372,7 +355,7 @@ def run_worker(
     fault = Fault.parse(os.environ[FAULT_ENV]) if os.environ.get(FAULT_ENV) and env.restart == 0 else None
     if fault is not None and fault.cell in mine and fault.generation > 0:
         pm.register(FaultPlugin(fault))
-    transport = make_transport(recipe, registries)
+    transport = make_transport(recipe, registries, env.world)
     stages: dict[str, float] = {}  # seconds per start-up stage, for the log
     clock = time.monotonic()
 
@@ -408,12 +391,8 @@ def run_worker(
             + (f"; resuming at generations {sorted({resume_at[c] for c in mine})}" if resume_at else "; fresh start"),
             flush=True,
         )
-        liveness = getattr(transport, "liveness", None)
-
         def annotate(cell: int) -> dict[str, Any]:
-            if liveness is None:
-                return {}
-            ages = liveness()
+            ages = transport.liveness()
             return {
                 "liveness": {
                     str(p): (round(ages[p], 3) if math.isfinite(ages[p]) else None)
