@@ -16,20 +16,18 @@ import abc
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
+
+from evogan.individual import ROLES, Individual, Role
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from evogan.engine.population import Individual
     from evogan.registry import Registries
-
-Role = Literal["generator", "discriminator"]
-ROLES: tuple[Role, Role] = ("generator", "discriminator")
 
 
 class Options(BaseModel):

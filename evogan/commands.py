@@ -1,4 +1,5 @@
-"""``evogan evaluate`` and ``evogan sample``: score and draw from a finished (or stopped) run."""
+"""The commands beside ``run``: ``evaluate`` and ``sample`` score and draw from a finished (or stopped)
+run; ``keys generate`` writes the ZeroMQ transport's CURVE certificates."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from evogan.cli import disable_option, handle_errors, plugin_manager
+from evogan.cli_common import disable_option, handle_errors, plugin_manager
 
 
 def _load_run(run_dir_path: Path, disable: tuple[str, ...], device: str | None) -> tuple[Any, Any, list[Any]]:
@@ -129,4 +130,27 @@ def sample(
     )
 
 
-COMMANDS = [evaluate, sample]
+@click.group(name="keys")
+def keys() -> None:
+    """CURVE certificates for the ZeroMQ transport."""
+
+
+@keys.command(name="generate")
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@click.option(
+    "--name",
+    "names",
+    multiple=True,
+    default=("client",),
+    show_default=True,
+    help="client keypair to create (repeat for one per node)",
+)
+def generate(directory: Path, names: tuple[str, ...]) -> None:
+    """Create DIRECTORY/public and DIRECTORY/private with the server keypair and client keypairs."""
+    from evogan.transport.curve import generate_keys
+
+    generate_keys(directory, names)
+    click.echo(f"keys in {directory}: public/ is the allow-list, private/ holds secrets (keep it private)")
+
+
+COMMANDS = [evaluate, sample, keys]

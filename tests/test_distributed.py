@@ -27,15 +27,11 @@ from evogan.recipe import load as load_recipe
 from evogan.recipe import transport_choice
 from evogan.registry import Registries
 from evogan.runtime import launcher
+from evogan.runtime.control import from_row, to_rows
+from evogan.runtime.faults import Fault
 from evogan.runtime.launcher import PORT_ENV, Tail, launch
+from evogan.runtime.placement import cells_of, owner_of
 from evogan.runtime.single import prepare, run_in_process
-from evogan.runtime.worker import (
-    Fault,
-    _rows,
-    _text,
-    cells_of,
-    owner_of,
-)
 from evogan.transport.zmq import ZmqTransport
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -90,11 +86,11 @@ def test_fault_spec() -> None:
 
 def test_endpoint_rows_round_trip_without_pickle() -> None:
     texts = ["tcp://127.0.0.1:5555", "", "ipc:///tmp/é"]
-    rows = _rows(texts)
+    rows = to_rows(texts)
     assert rows.dtype == torch.uint8 and rows.shape[0] == 3
-    assert [_text(row) for row in rows] == texts
+    assert [from_row(row) for row in rows] == texts
     with pytest.raises(UserError, match="longer than"):
-        _rows(["x" * 600])
+        to_rows(["x" * 600])
 
 
 def test_truncation_touches_only_the_given_cells_while_others_append(tmp_path: Path) -> None:

@@ -17,9 +17,9 @@ from evogan.cli import cli
 from evogan.engine.cell import Cell
 from evogan.engine.lockstep import run_in_turns
 from evogan.engine.optimizer_state import PREFIX
-from evogan.engine.population import Individual
 from evogan.engine.run import build_settings
 from evogan.errors import MessageRejected, RunFailure
+from evogan.individual import Individual
 from evogan.plugins import make_plugin_manager
 from evogan.recipe import load as load_recipe
 from evogan.registry import Registries

@@ -23,7 +23,7 @@ from evogan.sparse.controller import (
 if TYPE_CHECKING:
     import torch
 
-    from evogan.engine.population import Individual
+    from evogan.individual import Individual
 
 
 class Dense(SparsityController):

@@ -27,8 +27,8 @@ from evogan.api import (
 )
 from evogan.engine.codec import Codec, Manifest, Message
 from evogan.engine.optimizer_state import load_optimizer_state
-from evogan.engine.population import Individual
 from evogan.errors import MessageRejected
+from evogan.individual import Individual
 from evogan.recipe import Recipe
 from evogan.rng import CellRandom
 from evogan.sparse.wire import sparse_state

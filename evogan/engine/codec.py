@@ -18,8 +18,8 @@ import torch
 
 from evogan.api import ROLES, Role
 from evogan.engine.optimizer_state import checked_state, optimizer_tensors, split
-from evogan.engine.population import Individual
 from evogan.errors import MessageRejected, RunFailure
+from evogan.individual import Individual
 from evogan.sparse.wire import decode_sparse, encode_sparse, sparse_meta
 from evogan.transport import envelope
 

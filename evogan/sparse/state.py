@@ -31,7 +31,7 @@ from evogan.errors import UserError
 from evogan.sparse.masks import maskable_parameters
 
 if TYPE_CHECKING:
-    from evogan.engine.population import Individual
+    from evogan.individual import Individual
 
 FORMAT = 2  # 2: balance state per lineage (issue 10)
 

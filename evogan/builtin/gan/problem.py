@@ -27,8 +27,8 @@ from evogan.api import (
     ProblemContext,
     Role,
 )
-from evogan.engine.population import Individual
 from evogan.errors import UserError
+from evogan.individual import Individual
 from evogan.recipe import ComponentRef, build_nested, component_field
 
 
