@@ -28,7 +28,12 @@ from evogan.rng import CellRandom
 
 @dataclass
 class RunInfo:
-    """What lifecycle hooks learn about the run."""
+    """What lifecycle hooks learn about the run.
+
+    :param cells: the grid's cells, all of them; ``local_cells``: those the process firing the hook runs.
+    :param start_generation: the generation the run starts from (the least advanced cell's, on resume).
+    :param workers: worker processes of the whole run (1: a single-process run).
+    """
 
     recipe: Recipe
     run_dir: RunDirectory

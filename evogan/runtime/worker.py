@@ -9,7 +9,12 @@ evogan.worker RECIPE --run-dir DIR`` on each node; both run :func:`run_worker`. 
    distinct neighbours and pass the transport's subscription barrier;
 3. resume every local cell from its checkpoint when all have one (a restart), else start fresh;
 4. run the shared :class:`~evogan.engine.run.Driver` loop; at the end gather each rank's scores as JSON
-   bytes, rank 0 writes summary.json and the plots, the owner of the best cell draws it.
+   bytes, rank 0 writes summary.json and the plots, the owner of the best cell draws it. Rank 0 drives
+   the run: it alone fires ``evogan_run_start`` and ``evogan_run_end`` (with the whole summary); each
+   cell's hooks fire in the worker that runs it.
+
+The pieces live beside it: :mod:`~evogan.runtime.placement`, :mod:`~evogan.runtime.environment`,
+:mod:`~evogan.runtime.control` (gloo), :mod:`~evogan.runtime.process`, :mod:`~evogan.runtime.faults`.
 
 The gloo group stays open for that final exchange: a worker that closed its transport early would drop
 messages its neighbours still wait for.
