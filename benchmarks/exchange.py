@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from evogan.engine.optimizer_state import optimizer_tensors  # noqa: E402
-from evogan.engine.population import Individual  # noqa: E402
+from evogan.individual import Individual  # noqa: E402
 from evogan.sparse.wire import encode_sparse  # noqa: E402
 from evogan.transport import envelope  # noqa: E402
 from evogan.transport.zmq import ZmqTransport  # noqa: E402

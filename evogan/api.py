@@ -4,27 +4,30 @@ Every extension point is a *component kind*. A component is a class with a ``nam
 model (unknown keys are errors) and the methods of its kind below. Plugins hand component classes to the
 engine through the registration hooks in :mod:`evogan.hookspecs`; recipes pick them by name
 (``use = "<name>"``). The engine only ever talks to these base classes.
+
+What a kind must implement is marked ``abc.abstractmethod``: a class that leaves one out is refused when
+registered, naming the methods. The other methods have working defaults. Optional capabilities are
+base classes of their own (:class:`ConnectableTransport`), tested with ``issubclass``, never ``hasattr``.
 """
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
+
+from evogan.individual import ROLES, Individual, Role
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from evogan.engine.population import Individual
     from evogan.registry import Registries
-
-Role = Literal["generator", "discriminator"]
-ROLES: tuple[Role, Role] = ("generator", "discriminator")
 
 
 class Options(BaseModel):
@@ -33,7 +36,7 @@ class Options(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class Component:
+class Component(abc.ABC):
     """Base of every registered component: a name, a one-line description and an ``Options`` model.
 
     ``default = True`` marks the component a recipe gets when it leaves its kind's optional table out
@@ -60,9 +63,11 @@ class Topology(Component):
     kind: ClassVar[str] = "topology"
 
     @property
+    @abc.abstractmethod
     def cells(self) -> int:
         raise NotImplementedError
 
+    @abc.abstractmethod
     def neighbours(self, cell: int) -> tuple[int, ...]:
         raise NotImplementedError
 
@@ -80,6 +85,7 @@ class Selection(Component):
 
     kind: ClassVar[str] = "selection"
 
+    @abc.abstractmethod
     def select(
         self, population: Sequence[Individual], k: int, *, rng: np.random.Generator
     ) -> list[Individual]:
@@ -95,6 +101,7 @@ class Mutation(Component):
 
     kind: ClassVar[str] = "mutation"
 
+    @abc.abstractmethod
     def mutate(self, hyper: Mapping[str, float], *, rng: np.random.Generator) -> dict[str, float]:
         raise NotImplementedError
 
@@ -130,9 +137,11 @@ class Pairing(Component):
 
     kind: ClassVar[str] = "pairing"
 
+    @abc.abstractmethod
     def generator_opponents(self, discriminators: Opponents, *, rng: np.random.Generator) -> Faced:
         raise NotImplementedError
 
+    @abc.abstractmethod
     def discriminator_opponent(self, generators: Opponents, *, rng: np.random.Generator) -> Individual:
         raise NotImplementedError
 
@@ -233,15 +242,19 @@ class Problem(Component):
         """Load data and check that the chosen pieces fit; raise ``UserError`` on bad input."""
 
     @property
+    @abc.abstractmethod
     def learning_rate(self) -> float:
         raise NotImplementedError
 
+    @abc.abstractmethod
     def create(self, role: Role, *, generator: torch.Generator) -> nn.Module:
         raise NotImplementedError
 
+    @abc.abstractmethod
     def make_optimizer(self, role: Role, network: nn.Module, learning_rate: float) -> torch.optim.Optimizer:
         raise NotImplementedError
 
+    @abc.abstractmethod
     def training_batches(self, *, generator: torch.Generator) -> Iterator[torch.Tensor]:
         """One generation's real batches."""
         raise NotImplementedError
@@ -254,9 +267,11 @@ class Problem(Component):
         """Whether the generators train at this batch index (``n_critic`` D steps per G step, as SNGAN)."""
         return True
 
+    @abc.abstractmethod
     def fitness_batch(self, *, generator: torch.Generator) -> torch.Tensor:
         raise NotImplementedError
 
+    @abc.abstractmethod
     def fitness(
         self,
         generators: Sequence[nn.Module],
@@ -276,6 +291,7 @@ class Problem(Component):
         newer model), so what is found is exactly what would be computed again."""
         raise NotImplementedError
 
+    @abc.abstractmethod
     def generator_step(
         self,
         attacker: Individual,
@@ -289,23 +305,27 @@ class Problem(Component):
         ``fake_logits_pre`` comes from the first pair's network."""
         raise NotImplementedError
 
+    @abc.abstractmethod
     def discriminator_step(
         self, attacker: Individual, defender: nn.Module, real: torch.Tensor, *, generator: torch.Generator
     ) -> None:
         raise NotImplementedError
 
+    @abc.abstractmethod
     def discriminator_logits(
         self, discriminator: nn.Module, generator_net: nn.Module, z: torch.Tensor, real: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """No-grad ``(D(G(z)), D(real))`` logits; used by the balance ratio."""
         raise NotImplementedError
 
+    @abc.abstractmethod
     def evaluate(
         self, generators: Sequence[nn.Module], weights: Sequence[float], *, generator: torch.Generator
     ) -> dict[str, float]:
         """The problem's metrics for a weighted ensemble of generators (one network: weights ``[1.0]``)."""
         raise NotImplementedError
 
+    @abc.abstractmethod
     def objective(self, metrics: Mapping[str, float]) -> float:
         """The number the mixture ES minimises, taken from :meth:`evaluate`'s result."""
         raise NotImplementedError
@@ -322,13 +342,14 @@ class Problem(Component):
     ) -> None:
         """Write a PNG of ``count`` samples (default: the problem's choice) from the ensemble to ``path``."""
 
-    def network_budget(self, role: Role) -> dict[str, Any]:
-        """Optional facts about a network (parameter count, FLOPs); shown by ``evogan components``."""
+    def describe(self) -> dict[str, Any]:
+        """Facts about the problem as set up (data, sizes, networks), JSON-ready: ``summary.json`` holds
+        them under ``problem`` and ``evogan evaluate`` prints them. Nothing by default."""
         return {}
 
 
 # ------------------------------------------------------------------------------ GAN problem parts
-class DataSource:
+class DataSource(abc.ABC):
     """Real samples in the network's value range (images in [-1, 1]), served as batches.
 
     ``labels`` is set when the data has classes (MNIST-like), for class-based metrics.
@@ -338,13 +359,16 @@ class DataSource:
     labels: torch.Tensor | None = None
     num_classes: int | None = None
 
+    @abc.abstractmethod
     def __len__(self) -> int:
         raise NotImplementedError
 
+    @abc.abstractmethod
     def batches(self, batch_size: int, count: int, *, generator: torch.Generator) -> Iterator[torch.Tensor]:
         """``count`` batches (0 = one full pass) of ``batch_size`` samples, order drawn from ``generator``."""
         raise NotImplementedError
 
+    @abc.abstractmethod
     def sample(self, n: int, *, generator: torch.Generator) -> torch.Tensor:
         """``n`` samples drawn without replacement (with replacement only if ``n`` exceeds the data)."""
         raise NotImplementedError
@@ -355,6 +379,7 @@ class Dataset(Component):
 
     kind: ClassVar[str] = "dataset"
 
+    @abc.abstractmethod
     def load(self, device: torch.device) -> DataSource:
         raise NotImplementedError
 
@@ -364,12 +389,14 @@ class Networks(Component):
 
     kind: ClassVar[str] = "network"
 
+    @abc.abstractmethod
     def latent_shape(self) -> tuple[int, ...]:
         raise NotImplementedError
 
     def check(self, sample_shape: tuple[int, ...]) -> None:
         """Raise ``UserError`` when the data's sample shape does not fit this architecture."""
 
+    @abc.abstractmethod
     def build(self, role: Role, sample_shape: tuple[int, ...], *, generator: torch.Generator) -> nn.Module:
         raise NotImplementedError
 
@@ -379,6 +406,7 @@ class Loss(Component):
 
     kind: ClassVar[str] = "loss"
 
+    @abc.abstractmethod
     def generator_loss(
         self, fake_logits: torch.Tensor, *, generator: torch.Generator | None = None
     ) -> torch.Tensor:
@@ -386,6 +414,7 @@ class Loss(Component):
         for losses that draw at random (Mustangs)."""
         raise NotImplementedError
 
+    @abc.abstractmethod
     def discriminator_loss(self, real_logits: torch.Tensor, fake_logits: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
@@ -401,6 +430,7 @@ class Metric(Component):
     def prepare(self, data: DataSource, device: torch.device, *, generator: torch.Generator) -> None:
         """Compute and cache whatever the metric needs from the real data (once per run)."""
 
+    @abc.abstractmethod
     def score(self, samples: torch.Tensor) -> dict[str, float]:
         raise NotImplementedError
 
@@ -428,9 +458,11 @@ class Transport(Component):
 
     kind: ClassVar[str] = "transport"
 
+    @abc.abstractmethod
     def publish(self, cell: int, frames: Sequence[bytes | memoryview]) -> None:
         raise NotImplementedError
 
+    @abc.abstractmethod
     def gather(
         self,
         cell: int,
@@ -451,9 +483,45 @@ class Transport(Component):
         pass
 
 
+class ConnectableTransport(Transport):
+    """A transport between processes: what ``run.workers > 1`` (and every torchrun node) needs.
+
+    A worker drives it through one round: :meth:`bind` its local cells, exchange the returned endpoints
+    over the control plane, :meth:`connect` to every cell's endpoint, :meth:`wait_ready` (the startup
+    barrier), then ``publish``/``gather`` each generation and ``close``. A single-process run uses a
+    plain :class:`Transport` instead: nothing there would connect this one.
+    """
+
+    @abc.abstractmethod
+    def bind(self, local_cells: Sequence[int]) -> dict[int, str]:
+        """Open one publishing endpoint per local cell; return cell -> the address peers connect to
+        (at most 512 UTF-8 bytes each)."""
+
+    @abc.abstractmethod
+    def connect(
+        self,
+        endpoints: Mapping[int, str],
+        peers: Mapping[int, Sequence[int]],
+        subscribers: Mapping[int, Sequence[int]] | None = None,
+    ) -> None:
+        """Receive from each local cell's ``peers`` at their ``endpoints``; ``subscribers`` (local cell
+        -> the cells that receive from it) is what :meth:`wait_ready` waits for."""
+
+    @abc.abstractmethod
+    def wait_ready(self, timeout: float | None = None) -> None:
+        """Block until every subscription is in place and every peer was heard from; raise
+        ``RunFailure`` naming who is missing."""
+
+    def liveness(self) -> dict[int, float]:
+        """Seconds since each peer was last heard from (``inf``: never); empty when the transport
+        cannot tell. Recorded in ``timings.jsonl`` and shown as the live view's peer age."""
+        return {}
+
+
 __all__ = [
     "ROLES",
     "Component",
+    "ConnectableTransport",
     "DataSource",
     "Dataset",
     "Faced",

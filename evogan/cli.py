@@ -5,53 +5,16 @@ from __future__ import annotations
 import json
 import signal
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
-from typing import Any, NoReturn
+from typing import Any
 
 import click
 from rich.console import Console
-from rich.markup import escape
 
 from evogan import __version__
+from evogan.cli_common import disable_option, fail, handle_errors, plugin_manager
 from evogan.errors import EvoganError, RecipeError, UserError
-
-
-def fail(error: EvoganError) -> NoReturn:
-    """One line per problem on stderr, the error's exit code, no traceback."""
-    console = Console(stderr=True, highlight=False, soft_wrap=True)
-    lines = error.lines if isinstance(error, RecipeError) else [str(error)]
-    for line in lines:
-        console.print(f"[bold red]error:[/] {escape(line)}", markup=True)
-    sys.exit(error.exit_code)
-
-
-def handle_errors(function: Callable[..., Any]) -> Callable[..., Any]:
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return function(*args, **kwargs)
-        except EvoganError as error:
-            fail(error)
-
-    wrapper.__name__ = function.__name__
-    wrapper.__doc__ = function.__doc__
-    return wrapper
-
-
-def plugin_manager(disable: tuple[str, ...], extra: tuple[object, ...] = ()) -> Any:
-    from evogan.plugins import make_plugin_manager
-
-    return make_plugin_manager(blocked=disable, extra=extra)
-
-
-disable_option = click.option(
-    "--disable-plugin",
-    "disable",
-    multiple=True,
-    metavar="NAME",
-    help="Do not load this plugin (entry-point or built-in module name). Repeatable.",
-)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -335,9 +298,8 @@ def _short(value: Any) -> str:
 def _attach_commands() -> None:
     """Commands that live beside the modules they drive, added at start-up (not at import time)."""
     from evogan.commands import COMMANDS
-    from evogan.transport.curve import keys
 
-    for command in [*COMMANDS, keys]:
+    for command in COMMANDS:
         if command.name not in cli.commands:
             cli.add_command(command)
 

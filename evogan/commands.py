@@ -1,4 +1,5 @@
-"""``evogan evaluate`` and ``evogan sample``: score and draw from a finished (or stopped) run."""
+"""The commands beside ``run``: ``evaluate`` and ``sample`` score and draw from a finished (or stopped)
+run; ``keys generate`` writes the ZeroMQ transport's CURVE certificates."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from evogan.cli import disable_option, handle_errors, plugin_manager
+from evogan.cli_common import disable_option, handle_errors, plugin_manager
 
 
 def _load_run(run_dir_path: Path, disable: tuple[str, ...], device: str | None) -> tuple[Any, Any, list[Any]]:
@@ -39,7 +40,7 @@ def _load_run(run_dir_path: Path, disable: tuple[str, ...], device: str | None) 
 @handle_errors
 def evaluate(run_dir: Path, as_json: bool, device: str | None, disable: tuple[str, ...]) -> None:
     """Score every cell's best generator and its mixture ensemble from RUN_DIR's checkpoints."""
-    from evogan.engine.run import problem_summary, score_cells
+    from evogan.engine.run import score_cells
 
     recipe, settings, cells = _load_run(run_dir, disable, device)
     scores = score_cells(cells, settings, recipe.run.seed)
@@ -48,7 +49,7 @@ def evaluate(run_dir: Path, as_json: bool, device: str | None, disable: tuple[st
         "run": str(run_dir),
         "best_cell": int(best),
         "cells": scores,
-        **problem_summary(settings.problem),
+        **settings.problem.describe(),
     }
     if as_json:
         click.echo(json.dumps(result, indent=2, default=float))
@@ -129,4 +130,27 @@ def sample(
     )
 
 
-COMMANDS = [evaluate, sample]
+@click.group(name="keys")
+def keys() -> None:
+    """CURVE certificates for the ZeroMQ transport."""
+
+
+@keys.command(name="generate")
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@click.option(
+    "--name",
+    "names",
+    multiple=True,
+    default=("client",),
+    show_default=True,
+    help="client keypair to create (repeat for one per node)",
+)
+def generate(directory: Path, names: tuple[str, ...]) -> None:
+    """Create DIRECTORY/public and DIRECTORY/private with the server keypair and client keypairs."""
+    from evogan.transport.curve import generate_keys
+
+    generate_keys(directory, names)
+    click.echo(f"keys in {directory}: public/ is the allow-list, private/ holds secrets (keep it private)")
+
+
+COMMANDS = [evaluate, sample, keys]

@@ -24,7 +24,8 @@ class RecipeError(UserError):
 
 
 class ComponentConflictError(EvoganError):
-    """The same component name was registered by two plugins."""
+    """A plugin registered a component the registry cannot take: a name another plugin took, no name,
+    a second default, or a class missing a method its kind requires."""
 
     exit_code = 2
 

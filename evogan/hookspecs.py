@@ -11,6 +11,20 @@ Lifecycle of a run, and where each hook fires::
 Hooks are always called with keyword arguments; an implementation may accept any subset of a spec's
 arguments, so specs only ever grow at the end. Registration hooks receive a ``register`` callable; call it
 with a component class (see :mod:`evogan.api`). A name registered twice is an error naming both plugins.
+
+Each lifecycle event fires once, whatever the number of worker processes or machines:
+
+- per run (``evogan_run_start``, ``evogan_run_end``): in the process that drives the run, with the whole
+  run's payload. That is the only process of a single-process run, and worker rank 0 of a launched run
+  (``evogan run --workers N``, ``--nnodes``, or ``torchrun ... -m evogan.worker``);
+- per cell (``evogan_exchange``, ``evogan_generation_end``, ``evogan_checkpoint``): in the process that
+  runs the cell.
+
+Workers load the built-ins, the entry-point plugins and ``EVOGAN_PLUGINS`` themselves. A plugin object
+that lives only in the process that called ``evogan run`` (the CLI's terminal reporter, ``extra=``
+objects) cannot run there: that process fires ``evogan_run_start``, ``evogan_generation_end`` (read back
+from ``metrics.jsonl``, with the same record) and ``evogan_run_end`` (with ``summary.json``) for those
+plugins alone, so each plugin still sees each event once.
 """
 
 from __future__ import annotations
@@ -149,7 +163,7 @@ def evogan_run_start(run: RunInfo) -> None:
 
     :param run: the run's recipe, directory, cells and generations.
 
-    Called in: the process that drives the run (the CLI's process, or worker 0 for launched runs).
+    Called in: the process that drives the run (worker rank 0 of a launched run), once per run.
     """
 
 
@@ -178,7 +192,7 @@ def evogan_generation_end(run: RunInfo, cell: int, generation: int, record: Mapp
     :param generation: the generation just finished (1-based).
     :param record: the metrics record (fitness, learning rates, mixture, timings, ...).
 
-    Called in: the process that drives the run, once per cell per generation.
+    Called in: the process that runs the cell, once per cell per generation.
     """
 
 
@@ -186,7 +200,7 @@ def evogan_generation_end(run: RunInfo, cell: int, generation: int, record: Mapp
 def evogan_checkpoint(run: RunInfo, cell: int, generation: int, path: Path) -> None:
     """A cell's checkpoint was written atomically to ``path``.
 
-    Called in: the process that runs the cell.
+    Called in: the process that runs the cell, once per checkpoint written.
     """
 
 
@@ -195,10 +209,11 @@ def evogan_run_end(run: RunInfo, summary: Mapping[str, Any], interrupted: bool) 
     """The run ended; ``summary`` is what ``summary.json`` holds.
 
     :param run: the run.
-    :param summary: final metrics per cell and for the best mixture ensemble.
+    :param summary: final metrics of every cell of the run and the best mixture ensemble (``{}`` when
+        the launching process reports workers that failed before writing one).
     :param interrupted: True when the run stopped early (Ctrl-C) after writing checkpoints.
 
-    Called in: the process that drives the run.
+    Called in: the process that drives the run (worker rank 0 of a launched run), once per run.
     """
 
 

@@ -31,16 +31,24 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
 DISABLE_AUTOLOAD_ENV = "EVOGAN_DISABLE_PLUGIN_AUTOLOAD"
 # Comma-separated plugin names (entry-point names or built-in module names) never to load.
 BLOCK_ENV = "EVOGAN_BLOCK_PLUGINS"
+# Comma-separated importable module names registered as plugins in every process of a run (workers
+# inherit the environment), without installing a distribution: for plugin development and tests.
+PLUGINS_ENV = "EVOGAN_PLUGINS"
 
 
 def _env_blocked() -> set[str]:
     return {name.strip() for name in os.environ.get(BLOCK_ENV, "").split(",") if name.strip()}
 
 
+def _env_plugins() -> list[str]:
+    return [name.strip() for name in os.environ.get(PLUGINS_ENV, "").split(",") if name.strip()]
+
+
 def make_plugin_manager(
     *, autoload: bool | None = None, blocked: Iterable[str] = (), extra: Iterable[object] = ()
 ) -> pluggy.PluginManager:
-    """A fresh manager: hookspecs, blocked names, entry points of group ``evogan``, then the built-ins.
+    """A fresh manager: hookspecs, blocked names, the built-ins, entry points of group ``evogan``, then the
+    modules named in ``EVOGAN_PLUGINS`` (loaded even when autoload is off, as pytest's ``PYTEST_PLUGINS``).
 
     :param autoload: load entry-point plugins; default: unless ``EVOGAN_DISABLE_PLUGIN_AUTOLOAD`` is set.
     :param blocked: plugin names never to load (added to ``EVOGAN_BLOCK_PLUGINS``).
@@ -60,6 +68,14 @@ def make_plugin_manager(
             pm.load_setuptools_entrypoints(hookspecs.PROJECT)
         except Exception as exc:  # a broken third-party package must not look like our traceback
             raise UserError(f"could not load an 'evogan' entry-point plugin: {exc}") from exc
+    for module_name in _env_plugins():
+        if pm.is_blocked(module_name) or pm.get_plugin(module_name) is not None:
+            continue
+        try:
+            module = import_module(module_name)
+        except ImportError as exc:
+            raise UserError(f"{PLUGINS_ENV}: cannot import {module_name!r}: {exc}") from None
+        pm.register(module, name=module_name)
     for plugin in extra:
         pm.register(plugin)
     pm.check_pending()
@@ -98,6 +114,7 @@ __all__ = [
     "BLOCK_ENV",
     "BUILTIN_PLUGINS",
     "DISABLE_AUTOLOAD_ENV",
+    "PLUGINS_ENV",
     "PluginInfo",
     "describe_plugins",
     "make_plugin_manager",

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from evogan.api import Component, Options
+from evogan.api import Component, ConnectableTransport, Options
 from evogan.errors import RecipeError, UserError
 from evogan.registry import Registries
 
@@ -377,22 +377,51 @@ def validate(data: dict[str, Any], registries: Registries, *, path: Path = Path(
     )
 
 
-def transport_choice(recipe: Recipe, registries: Registries, default: str) -> Choice:
-    """The transport a run uses (``exchange.transport``, else ``default``) with ``[exchange.options]``
-    validated against its ``Options``; problems are ``RecipeError`` lines prefixed ``exchange.options``."""
-    name = recipe.exchange.transport or default
+def transport_choice(recipe: Recipe, registries: Registries, *, processes: int) -> Choice:
+    """The transport a run of ``processes`` processes uses, with ``[exchange.options]`` validated against
+    its ``Options``: every runtime asks here, once.
+
+    Several processes need a :class:`~evogan.api.ConnectableTransport`, one process a transport that is
+    not (nothing would connect it). ``exchange.transport`` names it; else the kind's default when it fits;
+    else the only registered transport that fits. ``[exchange.options]`` apply to a named transport and to
+    the one several processes pick, not to a single process's default. Problems are one-line
+    ``RecipeError``s.
+    """
+    connectable = processes > 1
+    registry, source = registries["transport"], str(recipe.path)
+
+    def fits(component: type[Component]) -> bool:
+        return issubclass(component, ConnectableTransport) == connectable
+
+    where = "run.workers > 1" if connectable else "one process"
+    name = recipe.exchange.transport
+    if name is None:
+        default = registry.default()
+        fitting = [entry.name for entry in registry if fits(entry.component)]
+        if default is not None and fits(default):
+            name = default.name
+        elif len(fitting) == 1:
+            name = fitting[0]
+        else:
+            found = f"several fit ({', '.join(fitting)}): name one" if fitting else "none is registered"
+            raise RecipeError([f"{source}: exchange.transport: a transport for {where}: {found}"])
+    # Options set for the transport of several processes do not apply to the in-process default.
+    options = recipe.exchange.options if recipe.exchange.transport or connectable else {}
     errors: list[str] = []
     choice = resolve_choice(
         registries,
         "transport",
-        {"use": name, **recipe.exchange.options},
+        {"use": name, **options},
         "exchange.transport",
-        str(recipe.path),
+        source,
         errors,
         options_path="exchange.options",
     )
     if choice is None:
         raise RecipeError(errors)
+    if not fits(choice.component):
+        why = "cannot connect worker processes (run.workers > 1)" if connectable else "needs run.workers > 1"
+        raise RecipeError([f"{source}: exchange.transport: {name!r} {why}"])
     return choice
 
 

@@ -67,6 +67,12 @@ class Registry:
                 f"{self.kind} {name!r} (plugin {plugin!r}) and {previous.name!r} (plugin {first!r}) "
                 "both claim to be the default"
             )
+        missing = sorted(getattr(component, "__abstractmethods__", ()))
+        if missing:
+            raise ComponentConflictError(
+                f"plugin {plugin!r} registered {self.kind} {name!r} without {', '.join(missing)} "
+                f"(what every {self.kind} must implement)"
+            )
         self.entries[name] = Entry(name, component, plugin)
 
     def default(self) -> type[Component] | None:

@@ -60,6 +60,7 @@ def _one_thread() -> None:
 def _no_plugin_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("EVOGAN_DISABLE_PLUGIN_AUTOLOAD", raising=False)
     monkeypatch.delenv("EVOGAN_BLOCK_PLUGINS", raising=False)
+    monkeypatch.delenv("EVOGAN_PLUGINS", raising=False)
 
 
 @pytest.fixture

@@ -21,21 +21,18 @@ from rich.console import Console
 from evogan.builtin.reporter import TerminalReporter
 from evogan.engine.rundir import RunDirectory
 from evogan.errors import RecipeError, RunFailure, UserError
+from evogan.hookspecs import hookimpl
 from evogan.plugins import make_plugin_manager
 from evogan.recipe import load as load_recipe
+from evogan.recipe import transport_choice
 from evogan.registry import Registries
 from evogan.runtime import launcher
+from evogan.runtime.control import from_row, to_rows
+from evogan.runtime.faults import Fault
 from evogan.runtime.launcher import PORT_ENV, Tail, launch
+from evogan.runtime.placement import cells_of, owner_of
 from evogan.runtime.single import prepare, run_in_process
-from evogan.runtime.worker import (
-    Fault,
-    Guarded,
-    _rows,
-    _text,
-    cells_of,
-    owner_of,
-)
-from evogan.transport import envelope
+from evogan.transport.zmq import ZmqTransport
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = str(Path(sys.executable))
@@ -89,11 +86,11 @@ def test_fault_spec() -> None:
 
 def test_endpoint_rows_round_trip_without_pickle() -> None:
     texts = ["tcp://127.0.0.1:5555", "", "ipc:///tmp/é"]
-    rows = _rows(texts)
+    rows = to_rows(texts)
     assert rows.dtype == torch.uint8 and rows.shape[0] == 3
-    assert [_text(row) for row in rows] == texts
+    assert [from_row(row) for row in rows] == texts
     with pytest.raises(UserError, match="longer than"):
-        _rows(["x" * 600])
+        to_rows(["x" * 600])
 
 
 def test_truncation_touches_only_the_given_cells_while_others_append(tmp_path: Path) -> None:
@@ -136,6 +133,36 @@ def test_exchange_options_are_validated_and_not_hashed(tiny_recipe) -> None:
         launcher.check_launch(prepare(path, overrides=["run.workers=2", "exchange.options.hwm=0"]))
 
 
+def test_the_transport_is_chosen_by_what_it_can_connect(tiny_recipe) -> None:
+    registries = Registries.from_plugin_manager(make_plugin_manager())
+    path = tiny_recipe()
+
+    def chosen(processes: int, *sets: str) -> str:
+        recipe = load_recipe(path, registries, list(sets))
+        return transport_choice(recipe, registries, processes=processes).component.name
+
+    assert chosen(1) == "inproc" and chosen(2) == "zmq"
+    assert chosen(1, 'exchange.options.bind="0.0.0.0"') == "inproc"  # node settings of the zmq default
+    with pytest.raises(RecipeError, match=rf"{path}: exchange\.transport: 'zmq' needs run\.workers > 1"):
+        chosen(1, 'exchange.transport="zmq"')
+    with pytest.raises(RecipeError, match=r"'inproc' cannot connect worker processes"):
+        chosen(2, 'exchange.transport="inproc"')
+
+    class Another(ZmqTransport):
+        name = "another"
+
+    class Provider:
+        @hookimpl
+        def evogan_register_transports(self, register: Callable[[type], None]) -> None:
+            register(Another)
+
+    crowded = Registries.from_plugin_manager(make_plugin_manager(extra=[Provider()]))
+    recipe = load_recipe(path, crowded)
+    with pytest.raises(RecipeError, match=r"transport for run\.workers > 1: several fit \(another, zmq\): name one"):
+        transport_choice(recipe, crowded, processes=2)
+    assert transport_choice(recipe, crowded, processes=1).component.name == "inproc"
+
+
 def test_launch_refuses_bad_setups_before_starting_anything(tiny_recipe, monkeypatch) -> None:
     path = tiny_recipe()
     with pytest.raises(UserError, match="5 workers for 4 cells"):
@@ -169,21 +196,6 @@ def test_tail_joins_timings_and_follows_a_rewrite(tmp_path: Path) -> None:
     assert [r["generation"] for r in tail.poll()] == [2]
     run_dir.append_metrics({"cell": 1, "generation": 1})
     assert [r["cell"] for r in tail.poll(final=True)] == [1]
-
-
-def test_guard_names_a_neighbour_running_another_recipe() -> None:
-    class Inner:
-        options = None
-
-        def __init__(self, digest: str) -> None:
-            self.frames = envelope.encode({"w": torch.zeros(2)}, run="r", cell=1, generation=0, meta={"recipe": digest})
-
-        def gather(self, cell: int, peers: Any, generation: int, **_: Any) -> dict[int, Any]:
-            return {1: self.frames}
-
-    assert 1 in Guarded(Inner("abc"), "abc").gather(0, [1], 0, max_staleness=0, timeout=1)
-    with pytest.raises(RunFailure, match=r"neighbour cell 1 runs recipe def.*recipe hash differs"):
-        Guarded(Inner("def"), "abc").gather(0, [1], 0, max_staleness=0, timeout=1)
 
 
 def test_reporter_shows_peer_age_when_present() -> None:

@@ -17,9 +17,9 @@ from evogan.cli import cli
 from evogan.engine.cell import Cell
 from evogan.engine.lockstep import run_in_turns
 from evogan.engine.optimizer_state import PREFIX
-from evogan.engine.population import Individual
 from evogan.engine.run import build_settings
-from evogan.errors import MessageRejected
+from evogan.errors import MessageRejected, RunFailure
+from evogan.individual import Individual
 from evogan.plugins import make_plugin_manager
 from evogan.recipe import load as load_recipe
 from evogan.registry import Registries
@@ -214,6 +214,19 @@ def test_bad_optimizer_tensors_are_dropped_and_counted(tiny_recipe) -> None:
         frames = envelope.encode(bad, run="run", cell=0, generation=1, meta=received.header["meta"])
         assert receiver.receive({0: frames}) == {}
     assert receiver.exchange.dropped == {"optimizer state": 3}
+
+
+def test_a_neighbour_that_never_sent_this_recipe_stops_the_run(tiny_recipe) -> None:
+    sender, receiver = two_cells(tiny_recipe())
+    good = sender.message()
+    received = envelope.decode(good, max_bytes=1 << 30)
+    meta = {**received.header["meta"], "recipe": "another"}
+    other = envelope.encode(received.tensors, run=received.header["run"], cell=0, generation=1, meta=meta)
+    with pytest.raises(RunFailure, match=r"cell 1: neighbour cell 0 runs recipe another, this node .*differs"):
+        receiver.receive({0: other})
+    assert receiver.receive({0: good}) and not receiver.exchange.dropped
+    assert receiver.receive({0: other}) == {}  # once it agreed, a stray message is only dropped
+    assert receiver.exchange.dropped == {"recipe hash differs": 1}
 
 
 def test_a_clone_owns_its_optimizer_state(tiny_recipe) -> None:

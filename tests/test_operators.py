@@ -5,7 +5,7 @@ import torch
 
 from evogan.builtin.mutation import GaussianLearningRate, LogNormalLearningRate
 from evogan.builtin.selection import Best, Tournament
-from evogan.engine.population import Individual
+from evogan.individual import Individual
 
 
 def population(losses: list[float]) -> list[Individual]:

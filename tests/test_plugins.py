@@ -9,7 +9,7 @@ import pytest
 from evogan import hookimpl
 from evogan import recipe as recipes
 from evogan.api import Selection
-from evogan.errors import ComponentConflictError
+from evogan.errors import ComponentConflictError, UserError
 from evogan.plugins import BUILTIN_PLUGINS, describe_plugins, make_plugin_manager
 from evogan.registry import KIND_HOOKS, Registries
 
@@ -54,6 +54,20 @@ def test_example_plugin_is_discovered_and_usable(tiny_recipe) -> None:
     assert recipe.choices["topology"].component(recipe.choices["topology"].options).neighbours(0) == (1, 2)
 
 
+def test_a_component_missing_what_its_kind_requires_is_refused_when_registered() -> None:
+    class Half(Selection):
+        name = "half"
+
+    class Provider:
+        @hookimpl
+        def evogan_register_selections(self, register):
+            register(Half)
+
+    pm = make_plugin_manager(autoload=False, extra=[Provider()])
+    with pytest.raises(ComponentConflictError, match=r"registered selection 'half' without select \(what every"):
+        Registries.from_plugin_manager(pm)
+
+
 def test_autoload_can_be_disabled_by_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("EVOGAN_DISABLE_PLUGIN_AUTOLOAD", "1")
     registries = Registries.from_plugin_manager(make_plugin_manager())
@@ -92,14 +106,41 @@ def test_every_hookspec_is_documented() -> None:
     assert set(KIND_HOOKS.values()) <= {n for n in dir(hookspecs) if n.startswith("evogan_register")}
 
 
+# Built-in names that are also ordinary words in a module outside builtin/, each with what it means there.
+ORDINARY_WORDS = {
+    ("docs.py", "none"): "what the generated reference prints for an absent default",
+    ("sparse/controller.py", "dense"): "the FLOPs ledger's key for the same steps at density 1",
+    ("sparse/controller.py", "static"): "ADAPT's g_mask value: the generator keeps its initial mask",
+    ("sparse/flops.py", "dense"): "the FLOPs ledger's key for the same steps at density 1",
+    ("sparse/masks.py", "classifier"): "a layer name kept dense by default",
+}
+
+
 def test_core_knows_no_builtin_component_names() -> None:
-    """The engine asks the registries by name; it never names a built-in method itself."""
+    """Every module outside builtin/ asks the registries by name; it never names a built-in method itself
+    (the module that defines a component may name it)."""
     registries = Registries.from_plugin_manager(make_plugin_manager(autoload=False))
-    names = {entry.name for kind in KIND_HOOKS for entry in registries[kind]}
-    core = [ROOT / "evogan" / f for f in ("api.py", "hookspecs.py", "registry.py", "recipe.py", "rng.py")]
-    core += sorted((ROOT / "evogan" / "engine").glob("*.py"))
+    entries = [entry for kind in KIND_HOOKS for entry in registries[kind]]
+    package = ROOT / "evogan"
+    core = [path for path in sorted(package.rglob("*.py")) if "builtin" not in path.relative_to(package).parts]
+    assert package / "runtime" / "worker.py" in core and package / "api.py" in core
     for path in core:
+        where = path.relative_to(package).as_posix()
+        module = "evogan." + where.removesuffix(".py").replace("/", ".")
         text = path.read_text()
-        for name in names:
-            assert f'"{name}"' not in text and f"'{name}'" not in text, f"{path.name} names {name!r}"
+        for entry in entries:
+            if entry.component.__module__ == module or (where, entry.name) in ORDINARY_WORDS:
+                continue
+            name = entry.name
+            assert f'"{name}"' not in text and f"'{name}'" not in text, f"{where} names {name!r}"
     assert all(module.startswith("evogan.builtin.") for module in BUILTIN_PLUGINS)
+
+
+def test_plugins_named_in_the_environment_load_even_without_autoload(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EVOGAN_PLUGINS", "evogan.builtin.reporter, ")
+    monkeypatch.setenv("EVOGAN_DISABLE_PLUGIN_AUTOLOAD", "1")
+    assert make_plugin_manager().get_plugin("evogan.builtin.reporter") is not None
+    assert make_plugin_manager(blocked=["evogan.builtin.reporter"]).get_plugin("evogan.builtin.reporter") is None
+    monkeypatch.setenv("EVOGAN_PLUGINS", "no_such_module_here")
+    with pytest.raises(UserError, match=r"EVOGAN_PLUGINS: cannot import 'no_such_module_here'"):
+        make_plugin_manager()

@@ -486,7 +486,7 @@ def test_validate_sparse_state_rejects_masks_that_do_not_fit() -> None:
     with pytest.raises(UserError, match="non-zero"):
         validate_sparse_state(stale)
     dense, _ = pair()
-    validate_sparse_state(dense, controller="dense")
+    validate_sparse_state(dense, controller="dense", masked=False)  # a controller without masks
     with pytest.raises(UserError, match="no sparse state"):
         validate_sparse_state(dense, controller="static")
     with pytest.raises(UserError, match="no sparsity masks"):

@@ -18,9 +18,10 @@ import torch
 import zmq
 from click.testing import CliRunner
 
+from evogan.commands import keys
 from evogan.errors import RunFailure
 from evogan.transport import envelope
-from evogan.transport.curve import generate_keys, keys
+from evogan.transport.curve import generate_keys
 from evogan.transport.zmq import ZmqTransport
 
 pytestmark = pytest.mark.timeout(60)

@@ -15,7 +15,7 @@ from evogan.api import Faced, Opponents, Pairing
 from evogan.hookspecs import hookimpl
 
 if TYPE_CHECKING:
-    from evogan.engine.population import Individual
+    from evogan.individual import Individual
 
 
 def _draw(pool: Sequence[Individual], rng: np.random.Generator) -> Individual:

@@ -12,7 +12,7 @@ from evogan.api import Options, Selection
 from evogan.hookspecs import hookimpl
 
 if TYPE_CHECKING:
-    from evogan.engine.population import Individual
+    from evogan.individual import Individual
 
 
 class Tournament(Selection):

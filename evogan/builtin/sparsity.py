@@ -23,7 +23,7 @@ from evogan.sparse.controller import (
 if TYPE_CHECKING:
     import torch
 
-    from evogan.engine.population import Individual
+    from evogan.individual import Individual
 
 
 class Dense(SparsityController):
@@ -50,7 +50,7 @@ class Dense(SparsityController):
         return {}
 
     def check(self, individual: Individual) -> None:
-        validate_sparse_state(individual, controller=self.name)
+        validate_sparse_state(individual, controller=self.name, masked=False)
 
 
 class Static(MaskedController):

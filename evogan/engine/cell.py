@@ -21,17 +21,17 @@ from evogan.api import (
     Opponents,
     Pairing,
     Problem,
-    Received,
     Role,
     Selection,
     SparsityController,
 )
-from evogan.engine.optimizer_state import checked_state, load_optimizer_state, optimizer_tensors, split
-from evogan.engine.population import Individual
+from evogan.engine.codec import Codec, Manifest, Message
+from evogan.engine.optimizer_state import load_optimizer_state
 from evogan.errors import MessageRejected
+from evogan.individual import Individual
 from evogan.recipe import Recipe
 from evogan.rng import CellRandom
-from evogan.sparse.wire import decode_sparse, encode_sparse, sparse_meta, sparse_state
+from evogan.sparse.wire import sparse_state
 from evogan.transport import envelope
 
 
@@ -98,7 +98,14 @@ class Cell:
         for name, function in (("min", np.min), ("avg", np.mean), ("max", np.max)):
             self.statistics.register(name, function)
         self.logbook = tools.Logbook()
-        self._expected: dict[str, tuple[torch.dtype, tuple[int, ...]]] | None = None
+        self.codec = Codec(
+            index,
+            run_id=settings.run_id,
+            recipe=settings.recipe.digest,
+            optimizer_state=settings.optimizer_state,
+            max_bytes=settings.max_message_bytes,
+        )
+        self._expected: Manifest | None = None
         # called with the number of batches trained, every exchange.every_batches batches of a generation
         self.between_batches: Callable[[int], None] | None = None
         self._training: dict[Role, list[Individual]] | None = None  # the individuals being trained now
@@ -150,45 +157,19 @@ class Cell:
         return min(live, key=lambda ind: ind.fitness.loss) if live else self.best(role)
 
     def message(self, *, substep: int = 0) -> list[bytes | memoryview]:
-        """The envelope publishing this cell's best generator and discriminator (with their optimizer
-        state when ``exchange.optimizer_state`` says so).
-
-        Masked weights (and their per-element optimizer state) travel as active values plus a bitmap,
-        so bytes shrink with density. Inside a generation (``substep`` batches into it) the message is
-        stamped with the last finished generation and ``substep``.
-        """
-        best = {role: self._published(role) for role in ROLES}
-        tensors: dict[str, torch.Tensor] = {}
-        sparse_info = {}
-        for role, individual in best.items():
-            masks = individual.sparse.get("masks") or {}
-            state = {f"{role}/{k}": v for k, v in individual.network.state_dict().items()}
-            tensors.update(encode_sparse(state, {f"{role}/{k}": m for k, m in masks.items()}))
-            if self.settings.optimizer_state:
-                tensors.update(encode_sparse(*optimizer_tensors(role, individual)))
-            if individual.sparse:
-                sparse_info[role] = sparse_meta(individual.sparse)
-        meta = {
-            "recipe": self.settings.recipe.digest,
-            # an offspring inside a generation has no fitness yet: None keeps the receiver's last value
-            "fitness": {role: _loss_or_none(best[role]) for role in ROLES},
-            "lr": {role: best[role].learning_rate for role in ROLES},
-            "uid": {role: best[role].uid for role in ROLES},
-            "sparse": sparse_info,
-        }
+        """The envelope publishing this cell's best generator and discriminator (see
+        :class:`~evogan.engine.codec.Codec`). Inside a generation (``substep`` batches into it) the
+        message is stamped with the last finished generation and ``substep``."""
         self.sequence += 1
-        return envelope.encode(
-            tensors,
-            run=self.settings.run_id,
-            cell=self.index,
+        return self.codec.encode(
+            {role: self._published(role) for role in ROLES},
             generation=self.generation - 1 if substep else self.generation,
             substep=substep,
             sequence=self.sequence,
             incarnation=self.incarnation,
-            meta=meta,
         )
 
-    def _expected_manifest(self) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
+    def _expected_manifest(self) -> Manifest:
         if self._expected is None:
             self._expected = {
                 name: (tensor.dtype, tuple(tensor.shape))
@@ -199,78 +180,52 @@ class Cell:
     def receive(
         self, messages: Mapping[int, Sequence[bytes | memoryview]], *, wanted: tuple[int, int] | None = None
     ) -> dict[int, dict[str, Any]]:
-        """Validate neighbours' messages and load them into the foreign individuals.
+        """Gather neighbours' messages into the foreign individuals.
 
-        A message that fails validation is dropped and counted; the neighbour's last good model stays.
+        A message the codec rejects is dropped and counted; the neighbour's last good model stays.
         ``wanted`` is the ``(generation, substep)`` asked for: each used message's lag behind it goes into
         the exchange log's staleness. Returns the headers that were accepted.
         """
         accepted: dict[int, dict[str, Any]] = {}
         for peer, frames in messages.items():
             try:
-                received = envelope.decode(frames, max_bytes=self.settings.max_message_bytes)
-                self._check_sender(peer, received)
-                weights, moments = split(received.tensors)
-                state, masks = decode_sparse(weights, self._expected_manifest())
-                optimizer = checked_state(*decode_sparse(moments), self._expected_manifest(), masks)
+                message = self.codec.decode(peer, frames, self._expected_manifest())
             except MessageRejected as exc:
                 reason = str(exc).split(":")[0][:60]
                 self.exchange.dropped[reason] = self.exchange.dropped.get(reason, 0) + 1
                 continue
-            self._adopt(peer, received.header, state, masks, optimizer)
-            accepted[peer] = received.header
-            self.exchange.used[peer] = received.header["generation"]
+            self._adopt(peer, message)
+            accepted[peer] = message.header
+            self.exchange.used[peer] = message.header["generation"]
             if wanted is not None:
-                got = envelope.stamp(received.header)
+                got = envelope.stamp(message.header)
                 lag = (wanted[0] - got[0], wanted[1] - got[1])
                 self.exchange.staleness[peer] = max(lag, self.exchange.staleness.get(peer, lag))
         if wanted is not None:
             self.exchange.count += 1
         return accepted
 
-    def _check_sender(self, peer: int, received: Received) -> None:
-        header = received.header
-        if header["cell"] != peer:
-            raise MessageRejected("sender: cell differs from the topic it was gathered for")
-        if header["run"] != self.settings.run_id:
-            raise MessageRejected("sender: message from another run")
-        if header["meta"].get("recipe") != self.settings.recipe.digest:
-            raise MessageRejected("recipe hash differs: nodes run different recipes")
-
-    def _adopt(
-        self,
-        peer: int,
-        header: Mapping[str, Any],
-        state: Mapping[str, torch.Tensor],
-        masks: Mapping[str, torch.Tensor],
-        optimizer: Mapping[Role, Mapping[str, Mapping[str, torch.Tensor]]],
-    ) -> None:
-        meta = header["meta"]
+    def _adopt(self, peer: int, message: Message) -> None:
         slots = self.foreign.setdefault(peer, {})
-        for role in ROLES:
-            prefix = f"{role}/"
-            weights = {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
+        for role, model in message.models.items():
             individual = slots.get(role)
             if individual is None:
                 generator = torch.Generator().manual_seed(0)  # weights are overwritten right away
                 individual = self.new_individual(role, 0, generator)
                 individual.origin = peer
                 slots[role] = individual
-            individual.network.load_state_dict(weights)
+            individual.network.load_state_dict(model.weights)
             self._memo.pop(individual.network, None)  # its outputs on this generation's batch are stale
-            lr = float(meta.get("lr", {}).get(role, self.problem.learning_rate))
+            lr = self.problem.learning_rate if model.lr is None else model.lr
             individual.hyper = {"lr": lr, "lr0": self.problem.learning_rate}
             individual.optimizer = self.problem.make_optimizer(role, individual.network, lr)
-            if role in optimizer:
-                load_optimizer_state(individual, optimizer[role])
-            individual.uid = str(meta.get("uid", {}).get(role, f"{peer}/{role[0].upper()}"))
-            sparse = meta.get("sparse", {}).get(role)
-            role_masks = {k[len(prefix) :]: m for k, m in masks.items() if k.startswith(prefix)}
+            if model.optimizer is not None:
+                load_optimizer_state(individual, model.optimizer)
+            individual.uid = model.uid if model.uid is not None else f"{peer}/{role[0].upper()}"
             # The sender's masks and controller state travel with its weights (never fresh random masks).
-            individual.sparse = sparse_state(sparse, role_masks) if sparse else {}
-            loss = meta.get("fitness", {}).get(role)
-            if isinstance(loss, int | float):
-                individual.fitness.values = (float(loss),)
+            individual.sparse = sparse_state(model.sparse, model.masks) if model.sparse else {}
+            if model.fitness is not None:
+                individual.fitness.values = (model.fitness,)
 
     # -------------------------------------------------------------------------------- fitness
     def _aggregate(self, losses: torch.Tensor) -> torch.Tensor:
@@ -560,10 +515,6 @@ class Cell:
         self.incarnation = int(state["incarnation"]) + 1
         self.sequence = int(state["sequence"])
         self.mixture = {int(c): float(w) for c, w in state["mixture"].items()}
-
-
-def _loss_or_none(individual: Individual) -> float | None:
-    return individual.fitness.values[0] if individual.fitness.valid else None
 
 
 __all__ = ["Cell", "CellSettings", "ExchangeLog"]

@@ -17,8 +17,8 @@ from typing import cast
 import torch
 
 from evogan.api import Role
-from evogan.engine.population import Individual
 from evogan.errors import MessageRejected
+from evogan.individual import Individual
 
 PREFIX = "optimizer/"
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -28,7 +28,12 @@ from evogan.rng import CellRandom
 
 @dataclass
 class RunInfo:
-    """What lifecycle hooks learn about the run."""
+    """What lifecycle hooks learn about the run.
+
+    :param cells: the grid's cells, all of them; ``local_cells``: those the process firing the hook runs.
+    :param start_generation: the generation the run starts from (the least advanced cell's, on resume).
+    :param workers: worker processes of the whole run (1: a single-process run).
+    """
 
     recipe: Recipe
     run_dir: RunDirectory
@@ -39,7 +44,6 @@ class RunInfo:
     start_generation: int
     device: str
     workers: int = 1
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def pick_device(setting: str, local_rank: int = 0) -> torch.device:
@@ -105,20 +109,24 @@ class Driver:
         device: torch.device,
         workers: int = 1,
         summarise: bool = True,
+        drives: bool = True,
         annotate: Callable[[int], Mapping[str, Any]] | None = None,
     ) -> None:
-        """:param annotate: cell -> extra fields for its timings record (a runtime's observations, such
-        as peer liveness); kept out of metrics.jsonl, which must stay deterministic."""
+        """:param drives: this process fires the per-run hooks (``evogan_run_start``/``evogan_run_end``):
+            one process per run does, the one whose :meth:`finish` returns the whole summary.
+        :param annotate: cell -> extra fields for its timings record (a runtime's observations, such
+            as peer liveness); kept out of metrics.jsonl, which must stay deterministic."""
         self.recipe, self.pm, self.settings, self.topology = recipe, pm, settings, topology
         self.run_dir, self.transport = run_dir, transport
         self.cells = [Cell(i, topology.neighbours(i), settings) for i in cells]
-        self.device, self.workers, self.summarise = device, workers, summarise
+        self.device, self.workers, self.summarise, self.drives = device, workers, summarise, drives
         self.annotate = annotate
         self.info: RunInfo | None = None
 
     # -------------------------------------------------------------------------------- start
     def start(self, *, resume_at: Mapping[int, int] | None = None) -> RunInfo:
-        """Fresh populations, or each cell from its checkpoint of generation ``resume_at[cell]``."""
+        """Fresh populations, or each cell from its checkpoint of generation ``resume_at[cell]``
+        (``resume_at`` may name every cell of the run: the run starts at the least advanced one)."""
         if resume_at is not None:
             for cell in self.cells:
                 state = self.run_dir.load_checkpoint(cell.index, resume_at[cell.index])
@@ -131,7 +139,7 @@ class Driver:
         else:
             for cell in self.cells:
                 cell.initialise()
-        start = min(cell.generation for cell in self.cells)
+        start = min(resume_at.values()) if resume_at else 0
         self.info = RunInfo(
             recipe=self.recipe,
             run_dir=self.run_dir,
@@ -152,7 +160,8 @@ class Driver:
         self, *, resume_at: Mapping[int, int] | None = None, stop: Callable[[], bool] = lambda: False
     ) -> dict[str, Any]:
         info = self.start(resume_at=resume_at)
-        self.pm.hook.evogan_run_start(run=info)
+        if self.drives:
+            self.pm.hook.evogan_run_start(run=info)
         interrupted = False
         last = self.recipe.run.generations
         while any(cell.generation < last for cell in self.cells):
@@ -168,7 +177,10 @@ class Driver:
         for cell in self.cells:
             self.checkpoint(cell)
         summary = self.finish(interrupted) if self.summarise else {}
-        self.pm.hook.evogan_run_end(run=info, summary=summary, interrupted=interrupted)
+        if self.drives:
+            # A worker's own ``interrupted`` is its cells'; the summary's is the run's.
+            stopped = bool(summary.get("interrupted", interrupted))
+            self.pm.hook.evogan_run_end(run=info, summary=summary, interrupted=stopped)
         return summary
 
     def progress(self, phase: str, *, expected: float = 0.0) -> None:
@@ -290,7 +302,7 @@ class Driver:
             self.topology.describe(),
             cells,
             interrupted,
-            problem_summary(self.settings.problem),
+            self.settings.problem.describe(),
         )
 
     def score(self) -> dict[str, Any]:
@@ -385,11 +397,6 @@ def load_cells(run_dir: RunDirectory, settings: CellSettings, topology: Topology
         for peer in cell.neighbours:
             cell.foreign[peer] = {role: cells[peer].best(role) for role in ROLES}
     return cells
-
-
-def problem_summary(problem: Problem) -> dict[str, Any]:
-    describe = getattr(problem, "describe", None)
-    return describe() if callable(describe) else {}
 
 
 def set_threads(threads: int) -> None:

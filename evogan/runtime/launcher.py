@@ -36,17 +36,11 @@ from evogan.engine.run import RunInfo, build_settings, build_topology
 from evogan.engine.rundir import METRICS_FILE, SUMMARY_FILE, TIMINGS_FILE, RunDirectory, atomic_write
 from evogan.errors import RunFailure, UserError
 from evogan.plugins import BLOCK_ENV, make_plugin_manager
+from evogan.runtime.environment import LAUNCHER_ENV, RECIPE_ENV
+from evogan.runtime.placement import cells_of, check_devices
+from evogan.runtime.process import STOP_FILE, error_path, pid_path
 from evogan.runtime.single import PreparedRun
 from evogan.runtime.watchdog import progress_path
-from evogan.runtime.worker import (
-    DEFAULT_TRANSPORT,
-    RECIPE_ENV,
-    STOP_FILE,
-    cells_of,
-    check_devices,
-    error_path,
-    pid_path,
-)
 
 PORT_ENV = "EVOGAN_RDZV_PORT"  # a fixed rendezvous port (default: a free one)
 LIFECYCLE_HOOKS = ("evogan_run_start", "evogan_generation_end", "evogan_run_end")
@@ -74,9 +68,7 @@ def check_launch(prepared: PreparedRun, world: int | None = None) -> int:
     cells = build_topology(recipe).cells
     cells_of(0, world or recipe.run.workers, cells)
     check_devices(recipe.run.device, recipe.run.workers)
-    choice = recipes.transport_choice(recipe, prepared.registries, DEFAULT_TRANSPORT)
-    if not all(hasattr(choice.component, name) for name in ("bind", "connect", "wait_ready")):
-        raise UserError(f"exchange.transport: {choice.name!r} cannot connect worker processes (run.workers > 1)")
+    recipes.transport_choice(recipe, prepared.registries, processes=max(2, world or recipe.run.workers))
     # Data, network and metric problems (missing files, image sizes) are found here, not in N workers.
     build_settings(recipe, prepared.registries, None, torch.device("cpu"))
     return cells
@@ -336,7 +328,7 @@ def launch(
 
     environment = {
         "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",  # restarts break without it (pytorch#135712)
-        "EVOGAN_LAUNCHER": "1",
+        LAUNCHER_ENV: "1",
         RECIPE_ENV: recipe.to_toml(),
         BLOCK_ENV: ",".join(filter(None, [os.environ.get(BLOCK_ENV, ""), *blocked])),
     }

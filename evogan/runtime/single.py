@@ -10,6 +10,7 @@ from typing import Any
 import pluggy
 
 from evogan import recipe as recipes
+from evogan.api import Transport
 from evogan.engine.run import Driver, build_settings, build_topology, pick_device, set_threads
 from evogan.engine.rundir import RunDirectory
 from evogan.errors import UserError
@@ -74,11 +75,8 @@ def run_in_process(prepared: PreparedRun, *, stop: Callable[[], bool] = lambda: 
     device = pick_device(recipe.run.device)
     settings = build_settings(recipe, prepared.registries, prepared.run_dir, device)
     topology = build_topology(recipe)
-    transport_name = recipe.exchange.transport or "inproc"
-    transport_class = prepared.registries["transport"].get(transport_name, key="exchange.transport")
-    if transport_name != "inproc":
-        raise UserError(f"exchange.transport: {transport_name!r} needs run.workers > 1")
-    transport = transport_class(transport_class.Options())
+    choice = recipes.transport_choice(recipe, prepared.registries, processes=1)
+    transport: Transport = choice.component(choice.options)  # type: ignore[assignment]
     driver = Driver(
         recipe,
         prepared.pm,

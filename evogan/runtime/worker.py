@@ -9,7 +9,12 @@ evogan.worker RECIPE --run-dir DIR`` on each node; both run :func:`run_worker`. 
    distinct neighbours and pass the transport's subscription barrier;
 3. resume every local cell from its checkpoint when all have one (a restart), else start fresh;
 4. run the shared :class:`~evogan.engine.run.Driver` loop; at the end gather each rank's scores as JSON
-   bytes, rank 0 writes summary.json and the plots, the owner of the best cell draws it.
+   bytes, rank 0 writes summary.json and the plots, the owner of the best cell draws it. Rank 0 drives
+   the run: it alone fires ``evogan_run_start`` and ``evogan_run_end`` (with the whole summary); each
+   cell's hooks fire in the worker that runs it.
+
+The pieces live beside it: :mod:`~evogan.runtime.placement`, :mod:`~evogan.runtime.environment`,
+:mod:`~evogan.runtime.control` (gloo), :mod:`~evogan.runtime.process`, :mod:`~evogan.runtime.faults`.
 
 The gloo group stays open for that final exchange: a worker that closed its transport early would drop
 messages its neighbours still wait for.
@@ -18,276 +23,45 @@ messages its neighbours still wait for.
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import signal
-import socket
-import subprocess
 import sys
-import threading
 import time
 import tomllib
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from evogan import recipe as recipes
-from evogan.api import Transport
+from evogan.api import ConnectableTransport
 from evogan.engine.run import (
     Driver,
     build_settings,
     build_topology,
     default_threads,
     pick_device,
-    problem_summary,
     set_threads,
     write_summary,
 )
-from evogan.engine.rundir import RunDirectory, atomic_write, resume_points
-from evogan.errors import EvoganError, MessageRejected, RunFailure, UserError
-from evogan.hookspecs import hookimpl
+from evogan.engine.rundir import RunDirectory, atomic_write
+from evogan.errors import EvoganError, RunFailure
 from evogan.plugins import make_plugin_manager
 from evogan.registry import Registries
+from evogan.runtime.control import agree_resume_points, exchange_endpoints, gather_json
+from evogan.runtime.environment import LAUNCHER_ENV, RECIPE_ENV, WorkerEnv
+from evogan.runtime.faults import FAULT_ENV, Fault, FaultPlugin
+from evogan.runtime.placement import cells_of, check_devices
+from evogan.runtime.process import error_path, pid_path, redirect_output, say, stopper, watch_parent
 from evogan.runtime.watchdog import Progress, progress_path, start_watchdog
 
-DEFAULT_TRANSPORT = "zmq"  # when run.workers > 1 and the recipe names none
-FAULT_ENV = "EVOGAN_FAULT"
-RECIPE_ENV = "EVOGAN_RECIPE"  # the recipe as TOML text, set by `evogan run` for its own workers
-STOP_FILE = "STOP"
-ROW_BYTES = 512  # one endpoint (or run tag) per row of the exchange tensor
 
-
-# ------------------------------------------------------------------------------------ placement
-def cells_of(rank: int, world: int, cells: int) -> range:
-    """Contiguous, row-major blocks: rank ``r`` serves cells ``[r*C//W, (r+1)*C//W)``.
-
-    Blocks keep row neighbours in one process and differ in size by at most one cell.
-    """
-    if world > cells:
-        raise UserError(f"{world} workers for {cells} cells: at most one worker per cell")
-    return range(rank * cells // world, (rank + 1) * cells // world)
-
-
-def owner_of(cell: int, world: int, cells: int) -> int:
-    return next(r for r in range(world) if cell in cells_of(r, world, cells))
-
-
-def check_devices(device: str, local_workers: int) -> None:
-    """``cuda`` means one GPU per worker; ``auto`` shares GPUs round-robin by local rank."""
-    if device != "cuda":
-        return
-    visible = torch.cuda.device_count()
-    if visible == 0:
-        raise UserError("run.device: cuda was asked for, but no CUDA device is visible")
-    if local_workers > visible:
-        raise UserError(
-            f"run.device is cuda: {local_workers} workers on this machine need {local_workers} GPUs, "
-            f'{visible} visible (use device = "auto" to share GPUs)'
-        )
-
-
-@dataclass(frozen=True)
-class WorkerEnv:
-    """What torch elastic tells a worker about itself."""
-
-    rank: int
-    world: int
-    local_rank: int
-    local_world: int
-    restart: int
-    run_id: str
-
-    @classmethod
-    def from_environ(cls) -> WorkerEnv:
-        get = os.environ.get
-        if "RANK" not in os.environ:
-            raise UserError("evogan.worker runs under torchrun (or `evogan run --workers N`): RANK is not set")
-        return cls(
-            rank=int(get("RANK", "0")),
-            world=int(get("WORLD_SIZE", "1")),
-            local_rank=int(get("LOCAL_RANK", "0")),
-            local_world=int(get("LOCAL_WORLD_SIZE", "1")),
-            restart=int(get("TORCHELASTIC_RESTART_COUNT", "0")),
-            run_id=get("TORCHELASTIC_RUN_ID", ""),
-        )
-
-
-# ------------------------------------------------------------------------------------ faults
-@dataclass(frozen=True)
-class Fault:
-    """``EVOGAN_FAULT="cell:generation:kill|stop|freeze[:seconds]"``: the owner of ``cell`` SIGKILLs
-    itself, SIGSTOPs itself for ``seconds``, or freezes (SIGSTOP, never continued) right after that cell's
-    generation ends, in the first incarnation only. Generation 0 fires after the endpoint exchange,
-    before the subscription barrier."""
-
-    cell: int
-    generation: int
-    action: str
-    seconds: float = 5.0
-
-    @classmethod
-    def parse(cls, text: str) -> Fault:
-        parts = text.split(":")
-        try:
-            if len(parts) not in (3, 4) or parts[2] not in ("kill", "stop", "freeze"):
-                raise ValueError
-            return cls(int(parts[0]), int(parts[1]), parts[2], float(parts[3]) if len(parts) == 4 else 5.0)
-        except ValueError:
-            raise UserError(f"{FAULT_ENV}={text!r}: expected cell:generation:kill|stop|freeze[:seconds]") from None
-
-    def fire(self) -> None:
-        if self.action == "kill":
-            os.kill(os.getpid(), signal.SIGKILL)
-        if self.action == "freeze":
-            os.kill(os.getpid(), signal.SIGSTOP)  # until the watchdog kills us
-            return
-        # A stopped process cannot wake itself: a helper sends SIGCONT.
-        helper = subprocess.Popen(
-            ["sh", "-c", f"sleep {self.seconds}; kill -CONT {os.getpid()}"], start_new_session=True
-        )
-        os.kill(os.getpid(), signal.SIGSTOP)
-        helper.wait()
-
-
-class FaultPlugin:
-    def __init__(self, fault: Fault) -> None:
-        self.fault = fault
-
-    @hookimpl
-    def evogan_generation_end(self, cell: int, generation: int) -> None:
-        if (cell, generation) == (self.fault.cell, self.fault.generation):
-            self.fault.fire()
-
-
-# ------------------------------------------------------------------------------------ transport guard
-class Guarded(Transport):
-    """Delegates to the real transport; a neighbour whose messages carry another recipe hash (and
-    never the right one) stops the run with its cell named, instead of each cell training alone."""
-
-    name = "guarded"
-
-    def __init__(self, inner: Any, digest: str) -> None:
-        super().__init__(inner.options)
-        self.inner, self.digest = inner, digest
-        self.agreed: set[int] = set()
-
-    def publish(self, cell: int, frames: Sequence[bytes | memoryview]) -> None:
-        self.inner.publish(cell, frames)
-
-    def gather(
-        self,
-        cell: int,
-        peers: Sequence[int],
-        generation: int,
-        *,
-        max_staleness: int,
-        timeout: float,
-        substep: int = 0,
-    ) -> dict[int, list[bytes | memoryview]]:
-        from evogan.transport.envelope import parse_header
-
-        found = self.inner.gather(
-            cell, peers, generation, max_staleness=max_staleness, timeout=timeout, substep=substep
-        )
-        for peer, frames in found.items():
-            try:
-                theirs = parse_header(frames, max_bytes=1 << 62).get("meta", {}).get("recipe")
-            except (MessageRejected, AttributeError):
-                continue  # malformed: the cell drops and counts it
-            if theirs == self.digest:
-                self.agreed.add(peer)
-            elif peer not in self.agreed:
-                raise RunFailure(
-                    f"cell {cell}: neighbour cell {peer} runs recipe {theirs}, this node {self.digest} "
-                    "(recipe hash differs): every node must run the same recipe"
-                )
-        return found
-
-    def close(self) -> None:
-        self.inner.close()
-
-
-# ------------------------------------------------------------------------------------ control plane
-def _rows(texts: Sequence[str]) -> torch.Tensor:
-    rows = torch.zeros(len(texts), ROW_BYTES, dtype=torch.uint8)
-    for i, text in enumerate(texts):
-        data = text.encode()
-        if len(data) > ROW_BYTES:
-            raise UserError(f"endpoint {text!r} is longer than {ROW_BYTES} bytes")
-        if data:
-            rows[i, : len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-    return rows
-
-
-def _text(row: torch.Tensor) -> str:
-    data = bytes(row.tolist())
-    return data.rstrip(b"\0").decode("utf-8", errors="replace")
-
-
-def exchange_endpoints(endpoints: Mapping[int, str], tag: str, env: WorkerEnv, cells: int) -> dict[int, str]:
-    """All-gather one row per cell (empty when not ours) plus one tag row; no pickle involved."""
-    import torch.distributed as dist
-
-    texts = [endpoints.get(c, "") for c in range(cells)] + [tag]
-    mine = _rows(texts)
-    gathered = [torch.empty_like(mine) for _ in range(env.world)]
-    dist.all_gather(gathered, mine)
-    result: dict[int, str] = {}
-    for rank, rows in enumerate(gathered):
-        theirs = _text(rows[cells])
-        if theirs != tag:
-            block = cells_of(rank, env.world, cells)
-            raise RunFailure(
-                f"rank {rank} (cells {block.start}-{block.stop - 1}) runs {theirs}, rank {env.rank} "
-                f"runs {tag}: every node must use the same --run-dir name and recipe"
-            )
-        for cell in cells_of(rank, env.world, cells):
-            result[cell] = _text(rows[cell])
-    return result
-
-
-def gather_json(value: Any, world: int) -> list[Any]:
-    """All-gather a JSON document from every rank as padded UTF-8 bytes."""
-    import torch.distributed as dist
-
-    data = json.dumps(value, default=float).encode()
-    size = torch.tensor([len(data)], dtype=torch.int64)
-    sizes = [torch.empty_like(size) for _ in range(world)]
-    dist.all_gather(sizes, size)
-    longest = int(max(s.item() for s in sizes))
-    mine = torch.zeros(longest, dtype=torch.uint8)
-    if data:
-        mine[: len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-    out = [torch.empty_like(mine) for _ in range(world)]
-    dist.all_gather(out, mine)
-    return [json.loads(bytes(t[: int(n.item())].tolist())) for t, n in zip(out, sizes, strict=True)]
-
-
-def advertise_address(bind: str) -> str:
-    """For a wildcard bind: the local address of the interface that routes to MASTER_ADDR."""
-    target = os.environ.get("MASTER_ADDR", "127.0.0.1")
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        try:
-            probe.connect((target, 9))  # UDP connect sends nothing; it only picks a route
-            return str(probe.getsockname()[0])
-        except OSError:
-            return "127.0.0.1"
-
-
-def make_transport(recipe: recipes.Recipe, registries: Registries) -> Any:
-    choice = recipes.transport_choice(recipe, registries, DEFAULT_TRANSPORT)
-    if not all(hasattr(choice.component, name) for name in ("bind", "connect", "wait_ready")):
-        raise UserError(f"exchange.transport: {choice.name!r} cannot connect worker processes (run.workers > 1)")
-    options = choice.options
-    bind = getattr(options, "bind", None)
-    if bind in ("*", "0.0.0.0", "::") and not getattr(options, "advertise", "x"):
-        options = options.model_copy(update={"advertise": advertise_address(bind)})
-    return choice.component(options)
+def make_transport(recipe: recipes.Recipe, registries: Registries, world: int) -> ConnectableTransport:
+    choice = recipes.transport_choice(recipe, registries, processes=max(2, world))
+    transport = choice.component(choice.options)
+    assert isinstance(transport, ConnectableTransport)  # transport_choice checked the class
+    return transport
 
 
 # ------------------------------------------------------------------------------------ the driver
@@ -306,7 +80,7 @@ class WorkerDriver(Driver):
     def finish(self, interrupted: bool) -> dict[str, Any]:
         scores = self.score()
         parts = gather_json(
-            {"cells": scores, "interrupted": interrupted, "problem": problem_summary(self.settings.problem)},
+            {"cells": scores, "interrupted": interrupted, "problem": self.settings.problem.describe()},
             self.env.world,
         )
         merged = {c: s for part in parts for c, s in part["cells"].items()}
@@ -325,51 +99,6 @@ class WorkerDriver(Driver):
             any(part["interrupted"] for part in parts),
             parts[0]["problem"],
         )
-
-
-def _stopper(run_dir: RunDirectory, env: WorkerEnv, driver: Driver | None) -> Any:
-    """Stop when the launcher's STOP file (for this elastic run) names a generation every local cell
-    has reached; ``abort`` exits at once (a second Ctrl-C: the launcher is killing the workers)."""
-    path = run_dir.path / STOP_FILE
-
-    def stop() -> bool:
-        try:
-            order = json.loads(path.read_text())
-        except (OSError, ValueError):
-            return False
-        if not isinstance(order, dict) or order.get("run_id") != env.run_id:
-            return False
-        if order.get("abort"):
-            os._exit(130)
-        target = int(order.get("generation", 0))
-        return driver is not None and all(cell.generation >= target for cell in driver.cells)
-
-    return stop
-
-
-def _redirect_output(path: Path) -> None:
-    """Both file descriptors (C libraries write there too) to an append-mode log; the launcher's
-    console shows the live view instead."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
-
-
-def _watch_parent() -> None:
-    """Never outlive the agent that started us (no orphans if the launcher is killed)."""
-    parent = os.getppid()
-
-    def watch() -> None:
-        while True:
-            time.sleep(1.0)
-            if os.getppid() != parent:
-                os._exit(1)
-
-    threading.Thread(target=watch, name="evogan-parent-watch", daemon=True).start()
 
 
 def _open_run_dir(
@@ -399,14 +128,14 @@ def run_worker(
     import torch.distributed as dist
 
     env = WorkerEnv.from_environ()
-    if os.environ.get("EVOGAN_LAUNCHER"):
+    if os.environ.get(LAUNCHER_ENV):
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher coordinates Ctrl-C (STOP file)
-        _redirect_output(run_dir / "logs" / f"worker-{env.rank:04d}.out")
+        redirect_output(run_dir / "logs" / f"worker-{env.rank:04d}.out")
     print(
         f"worker rank {env.rank}/{env.world} restart {env.restart} pid {os.getpid()} started {time.ctime()}", flush=True
     )
-    _watch_parent()
-    _stopper(RunDirectory(run_dir), env, None)()  # a restart after the launcher aborted exits here
+    watch_parent()
+    stopper(RunDirectory(run_dir), env, None)()  # a restart after the launcher aborted exits here
     pm = make_plugin_manager(blocked=blocked)
     registries = Registries.from_plugin_manager(pm)
     directory, recipe = _open_run_dir(run_dir, recipe_path, overrides, registries)
@@ -421,7 +150,7 @@ def run_worker(
     fault = Fault.parse(os.environ[FAULT_ENV]) if os.environ.get(FAULT_ENV) and env.restart == 0 else None
     if fault is not None and fault.cell in mine and fault.generation > 0:
         pm.register(FaultPlugin(fault))
-    transport = make_transport(recipe, registries)
+    transport = make_transport(recipe, registries, env.world)
     stages: dict[str, float] = {}  # seconds per start-up stage, for the log
     clock = time.monotonic()
 
@@ -454,15 +183,11 @@ def run_worker(
         print(
             f"worker rank {env.rank} ready {time.ctime()}: "
             + ", ".join(f"{stage} {seconds:.2f} s" for stage, seconds in stages.items())
-            + (f"; resuming at generations {sorted(set(resume_at.values()))}" if resume_at else "; fresh start"),
+            + (f"; resuming at generations {sorted({resume_at[c] for c in mine})}" if resume_at else "; fresh start"),
             flush=True,
         )
-        liveness = getattr(transport, "liveness", None)
-
         def annotate(cell: int) -> dict[str, Any]:
-            if liveness is None:
-                return {}
-            ages = liveness()
+            ages = transport.liveness()
             return {
                 "liveness": {
                     str(p): (round(ages[p], 3) if math.isfinite(ages[p]) else None)
@@ -477,10 +202,11 @@ def run_worker(
             settings,
             topology,
             directory,
-            Guarded(transport, recipe.digest),
+            transport,
             mine,
             device=device,
             workers=env.world,
+            drives=env.rank == 0,
             annotate=annotate,
             env=env,
             beats=Progress(
@@ -490,39 +216,12 @@ def run_worker(
                 fixed=recipe.run.watchdog,
             ),
         )
-        start_watchdog(directory.path, f"{env.run_id}/{env.restart}", log=_say)
-        return driver.run(resume_at=resume_at, stop=_stopper(directory, env, driver))
+        start_watchdog(directory.path, f"{env.run_id}/{env.restart}", log=say)
+        return driver.run(resume_at=resume_at, stop=stopper(directory, env, driver))
     finally:
         transport.close()
         if dist.is_initialized():
             dist.destroy_process_group()
-
-
-def agree_resume_points(directory: RunDirectory, mine: Sequence[int], world: int) -> dict[int, int] | None:
-    """Every rank's valid checkpoint generations meet over gloo, so all cells of the run resume from one
-    consistent generation (the newest every cell has), or all start afresh when any cell has none.
-    A fresh start removes this rank's checkpoints: they belong to a timeline the run does not continue."""
-    mine_available = {str(c): directory.valid_generations(c) for c in mine}
-    available = {int(c): gens for part in gather_json(mine_available, world) for c, gens in part.items()}
-    if all(available.values()):
-        points = resume_points(available)
-        return {c: points[c] for c in mine}
-    for cell in mine:
-        directory.discard_checkpoints_after(cell, 0)
-    directory.truncate_records({c: 0 for c in mine})
-    return None
-
-
-def _say(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
-
-
-def error_path(run_dir: Path, rank: int) -> Path:
-    return run_dir / "logs" / f"worker-{rank:04d}.error"
-
-
-def pid_path(run_dir: Path, rank: int) -> Path:
-    return run_dir / "logs" / f"worker-{rank:04d}.pid"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -547,14 +246,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-__all__ = [
-    "Fault",
-    "WorkerDriver",
-    "WorkerEnv",
-    "cells_of",
-    "check_devices",
-    "exchange_endpoints",
-    "main",
-    "owner_of",
-    "run_worker",
-]
+__all__ = ["WorkerDriver", "main", "make_transport", "run_worker"]

@@ -49,7 +49,7 @@ from evogan.sparse.state import FORMAT, masks_of, validate_sparse_state
 if TYPE_CHECKING:
     from torch import nn
 
-    from evogan.engine.population import Individual
+    from evogan.individual import Individual
 
 
 class StaticOptions(Options):

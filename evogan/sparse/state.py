@@ -31,7 +31,7 @@ from evogan.errors import UserError
 from evogan.sparse.masks import maskable_parameters
 
 if TYPE_CHECKING:
-    from evogan.engine.population import Individual
+    from evogan.individual import Individual
 
 FORMAT = 2  # 2: balance state per lineage (issue 10)
 
@@ -47,17 +47,18 @@ def masks_of(individual: Individual) -> dict[str, torch.Tensor]:
     return masks
 
 
-def validate_sparse_state(individual: Individual, *, controller: str | None = None) -> None:
+def validate_sparse_state(individual: Individual, *, controller: str | None = None, masked: bool = True) -> None:
     """Raise ``UserError`` when a loaded individual's sparse state does not fit its network.
 
-    Checks the format, the controller name (when given; ``dense`` accepts an empty state only), that every
-    mask names a parameter of the same shape, that every maskable parameter has a mask, and that weights
-    are zero where the mask is off (the reference's resume bug: masks and weights that disagree).
+    Checks the format, the controller name (when given; a controller that keeps no masks, ``masked=False``,
+    accepts an empty state only), that every mask names a parameter of the same shape, that every
+    maskable parameter has a mask, and that weights are zero where the mask is off (the reference's
+    resume bug: masks and weights that disagree).
     """
     sparse: dict[str, Any] = individual.sparse
     role = individual.role
     if not sparse:
-        if controller not in (None, "dense"):
+        if controller is not None and masked:
             raise UserError(
                 f"checkpoint {role} has no sparse state, but the recipe uses sparsity {controller!r}"
             )

@@ -23,8 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import click
-
 from evogan.errors import UserError
 
 if TYPE_CHECKING:
@@ -110,25 +108,4 @@ def start_authenticator(ctx: zmq.Context[Any], keys: CurveKeys) -> Any:
     return auth
 
 
-@click.group(name="keys")
-def keys() -> None:
-    """CURVE certificates for the ZeroMQ transport."""
-
-
-@keys.command(name="generate")
-@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
-@click.option(
-    "--name",
-    "names",
-    multiple=True,
-    default=("client",),
-    show_default=True,
-    help="client keypair to create (repeat for one per node)",
-)
-def generate(directory: Path, names: tuple[str, ...]) -> None:
-    """Create DIRECTORY/public and DIRECTORY/private with the server keypair and client keypairs."""
-    generate_keys(directory, names)
-    click.echo(f"keys in {directory}: public/ is the allow-list, private/ holds secrets (keep it private)")
-
-
-__all__ = ["CurveKeys", "generate", "generate_keys", "keys", "load_keys", "start_authenticator"]
+__all__ = ["CurveKeys", "generate_keys", "load_keys", "start_authenticator"]

@@ -9,6 +9,8 @@ barrier: without it PUB/SUB silently loses the first messages, the "slow joiner"
 from __future__ import annotations
 
 import math
+import os
+import socket
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -17,7 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field
 
-from evogan.api import Options, Transport, TransportStats
+from evogan.api import ConnectableTransport, Options, TransportStats
 from evogan.errors import RunFailure, UserError
 from evogan.transport.inproc import forget_old, pick
 
@@ -27,6 +29,7 @@ if TYPE_CHECKING:
     from evogan.transport.zmq_io import IOThread
 
 Frames = list[Any]  # [topic bytes, header bytes, payload memoryview]
+WILDCARDS = ("*", "0.0.0.0", "::")
 SUBSCRIBER_MARK = b"S"  # a second subscription "c00003.S00001" names the subscribing cell (00001)
 
 
@@ -94,7 +97,7 @@ class _State:
         return None if chosen is None else (chosen, held[chosen])
 
 
-class ZmqTransport(Transport):
+class ZmqTransport(ConnectableTransport):
     """Cells in several processes or hosts: XPUB/SUB over tcp or ipc, optional CURVE.
 
     Serves the cells local to one process. A single I/O thread owns every socket (see
@@ -106,7 +109,11 @@ class ZmqTransport(Transport):
 
     class Options(Options):
         bind: str = Field(default="127.0.0.1", description="interface the XPUBs bind to (tcp)")
-        advertise: str = Field(default="", description="address peers connect to; empty = same as bind")
+        advertise: str = Field(
+            default="",
+            description="address peers connect to; empty = same as bind, or for a wildcard bind the address "
+            "of the interface that routes to MASTER_ADDR",
+        )
         scheme: Literal["tcp", "ipc"] = Field(default="tcp", description="tcp, or ipc for cells on one host")
         hwm: int = Field(default=2, ge=1, description="send/receive high-water mark, in messages per peer")
         max_message_bytes: int = Field(
@@ -168,8 +175,8 @@ class ZmqTransport(Transport):
         if self._io is not None:
             raise RuntimeError("bind() after connect()")
         host = opts.bind
-        advertise = opts.advertise or host
-        if opts.scheme == "tcp" and advertise in ("*", "0.0.0.0", "::"):
+        advertise = opts.advertise or (route_address() if host in WILDCARDS and opts.scheme == "tcp" else host)
+        if opts.scheme == "tcp" and advertise in WILDCARDS:
             raise UserError(f"transport.bind is {host!r}: set transport.advertise to an address peers reach")
         endpoints: dict[int, str] = {}
         for cell in local_cells:
@@ -389,6 +396,18 @@ class ZmqTransport(Transport):
         zmq, interval = self._zmq, self.options.heartbeat_interval
         sock.setsockopt(zmq.HEARTBEAT_IVL, max(1, int(interval * 1000)))
         sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, max(5000, int(interval * 10_000)))
+
+
+def route_address() -> str:
+    """The local address of the interface that routes to ``MASTER_ADDR`` (torch's rendezvous host): what
+    a wildcard bind advertises when ``advertise`` is empty."""
+    target = os.environ.get("MASTER_ADDR", "127.0.0.1")
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect((target, 9))  # UDP connect sends nothing; it only picks a route
+            return str(probe.getsockname()[0])
+        except OSError:
+            return "127.0.0.1"
 
 
 def _prefix(cell: int) -> bytes:

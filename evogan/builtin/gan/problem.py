@@ -27,8 +27,8 @@ from evogan.api import (
     ProblemContext,
     Role,
 )
-from evogan.engine.population import Individual
 from evogan.errors import UserError
+from evogan.individual import Individual
 from evogan.recipe import ComponentRef, build_nested, component_field
 
 
@@ -294,7 +294,3 @@ class GanProblem(Problem):
             n = count or self.options.picture_samples
             fake = self.mixture_samples(generators, weights, n, generator=generator)
             save_image_grid(fake.cpu(), path)
-
-    def network_budget(self, role: Role) -> dict[str, Any]:
-        network = self.create(role, generator=torch.Generator().manual_seed(0))
-        return {"parameters": sum(p.numel() for p in network.parameters())}

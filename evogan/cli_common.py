@@ -1,0 +1,56 @@
+"""What every command module shares: one-line errors, the plugin manager, ``--disable-plugin``.
+
+Both :mod:`evogan.cli` and :mod:`evogan.commands` import from here, so neither imports the other's
+helpers.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+import click
+from rich.console import Console
+from rich.markup import escape
+
+from evogan.errors import EvoganError, RecipeError
+
+
+def fail(error: EvoganError) -> NoReturn:
+    """One line per problem on stderr, the error's exit code, no traceback."""
+    console = Console(stderr=True, highlight=False, soft_wrap=True)
+    lines = error.lines if isinstance(error, RecipeError) else [str(error)]
+    for line in lines:
+        console.print(f"[bold red]error:[/] {escape(line)}", markup=True)
+    sys.exit(error.exit_code)
+
+
+def handle_errors(function: Callable[..., Any]) -> Callable[..., Any]:
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return function(*args, **kwargs)
+        except EvoganError as error:
+            fail(error)
+
+    wrapper.__name__ = function.__name__
+    wrapper.__doc__ = function.__doc__
+    return wrapper
+
+
+def plugin_manager(disable: tuple[str, ...], extra: tuple[object, ...] = ()) -> Any:
+    from evogan.plugins import make_plugin_manager
+
+    return make_plugin_manager(blocked=disable, extra=extra)
+
+
+disable_option = click.option(
+    "--disable-plugin",
+    "disable",
+    multiple=True,
+    metavar="NAME",
+    help="Do not load this plugin (entry-point or built-in module name). Repeatable.",
+)
+
+
+__all__ = ["disable_option", "fail", "handle_errors", "plugin_manager"]

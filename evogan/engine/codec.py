@@ -1,0 +1,161 @@
+"""A cell's side of the wire: its best individuals as one envelope, a neighbour's envelope back as checked
+weights, masks, optimizer state and facts.
+
+Everything a message must pass before a cell adopts it lives here: the envelope's own checks
+(:func:`evogan.transport.envelope.decode`), the sender (the topic's cell, the run), the recipe digest,
+the tensor manifest against the local model, the sparse encoding and the optimizer state. A failure
+raises :class:`~evogan.errors.MessageRejected` (the cell drops and counts it), except a neighbour whose
+messages never carried this recipe: that is a misconfigured run, stopped at once with the cell named.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from evogan.api import ROLES, Role
+from evogan.engine.optimizer_state import checked_state, optimizer_tensors, split
+from evogan.errors import MessageRejected, RunFailure
+from evogan.individual import Individual
+from evogan.sparse.wire import decode_sparse, encode_sparse, sparse_meta
+from evogan.transport import envelope
+
+Manifest = Mapping[str, tuple[torch.dtype, tuple[int, ...]]]
+
+
+@dataclass(frozen=True)
+class Model:
+    """One role's model as a neighbour sent it, validated.
+
+    :param weights: the network's state dict.
+    :param masks: parameter name -> boolean mask (empty for a dense model).
+    :param optimizer: the optimizer's per-parameter state, or None when the message carries none.
+    :param lr: the sender's learning rate (None: not sent).
+    :param uid: the sender's individual id (None: not sent).
+    :param fitness: the sender's last loss (None: not evaluated yet, e.g. inside a generation).
+    :param sparse: the sparsity controller's state without masks (None: dense).
+    """
+
+    weights: dict[str, torch.Tensor]
+    masks: dict[str, torch.Tensor]
+    optimizer: Mapping[str, Mapping[str, torch.Tensor]] | None
+    lr: float | None
+    uid: str | None
+    fitness: float | None
+    sparse: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class Message:
+    """A decoded neighbour message: its envelope header and each role's model."""
+
+    header: dict[str, Any]
+    models: dict[Role, Model]
+
+
+class Codec:
+    """Encodes one cell's messages and decodes its neighbours'.
+
+    :param cell: the cell this codec serves.
+    :param run_id: the run every message must belong to.
+    :param recipe: the recipe digest every message must carry.
+    :param optimizer_state: whether sent messages carry the optimizer state.
+    :param max_bytes: the payload cap of a received message.
+    """
+
+    def __init__(self, cell: int, *, run_id: str, recipe: str, optimizer_state: bool, max_bytes: int) -> None:
+        self.cell, self.run_id, self.recipe = cell, run_id, recipe
+        self.optimizer_state, self.max_bytes = optimizer_state, max_bytes
+        self.agreed: set[int] = set()  # neighbours whose messages carried this recipe at least once
+
+    def encode(
+        self,
+        best: Mapping[Role, Individual],
+        *,
+        generation: int,
+        substep: int,
+        sequence: int,
+        incarnation: int,
+    ) -> list[bytes | memoryview]:
+        """The envelope of each role's ``best`` individual. Masked weights (and their per-element
+        optimizer state) travel as active values plus a bitmap, so bytes shrink with density."""
+        tensors: dict[str, torch.Tensor] = {}
+        sparse_info = {}
+        for role, individual in best.items():
+            masks = individual.sparse.get("masks") or {}
+            state = {f"{role}/{k}": v for k, v in individual.network.state_dict().items()}
+            tensors.update(encode_sparse(state, {f"{role}/{k}": m for k, m in masks.items()}))
+            if self.optimizer_state:
+                tensors.update(encode_sparse(*optimizer_tensors(role, individual)))
+            if individual.sparse:
+                sparse_info[role] = sparse_meta(individual.sparse)
+        meta = {
+            "recipe": self.recipe,
+            # an offspring inside a generation has no fitness yet: None keeps the receiver's last value
+            "fitness": {role: _loss_or_none(best[role]) for role in ROLES},
+            "lr": {role: best[role].learning_rate for role in ROLES},
+            "uid": {role: best[role].uid for role in ROLES},
+            "sparse": sparse_info,
+        }
+        return envelope.encode(
+            tensors,
+            run=self.run_id,
+            cell=self.cell,
+            generation=generation,
+            substep=substep,
+            sequence=sequence,
+            incarnation=incarnation,
+            meta=meta,
+        )
+
+    def decode(self, peer: int, frames: Any, expected: Manifest) -> Message:
+        """Check and decode ``peer``'s message against the local model's ``expected`` manifest
+        (prefixed names such as ``generator/0.weight`` -> dtype and shape)."""
+        received = envelope.decode(frames, max_bytes=self.max_bytes)
+        header = received.header
+        self._check_sender(peer, header)
+        weights, moments = split(received.tensors)
+        state, masks = decode_sparse(weights, expected)
+        optimizer = checked_state(*decode_sparse(moments), expected, masks)
+        meta = header["meta"]
+        models = {}
+        for role in ROLES:
+            prefix = f"{role}/"
+            lr, uid = meta.get("lr", {}).get(role), meta.get("uid", {}).get(role)
+            loss = meta.get("fitness", {}).get(role)
+            models[role] = Model(
+                weights={k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)},
+                masks={k[len(prefix) :]: m for k, m in masks.items() if k.startswith(prefix)},
+                optimizer=optimizer.get(role),
+                lr=None if lr is None else float(lr),
+                uid=None if uid is None else str(uid),
+                fitness=float(loss) if isinstance(loss, int | float) else None,
+                sparse=meta.get("sparse", {}).get(role) or None,
+            )
+        return Message(header=header, models=models)
+
+    def _check_sender(self, peer: int, header: Mapping[str, Any]) -> None:
+        if header["cell"] != peer:
+            raise MessageRejected("sender: cell differs from the topic it was gathered for")
+        if header["run"] != self.run_id:
+            raise MessageRejected("sender: message from another run")
+        theirs = header["meta"].get("recipe")
+        if theirs == self.recipe:
+            self.agreed.add(peer)
+            return
+        if peer not in self.agreed:
+            raise RunFailure(
+                f"cell {self.cell}: neighbour cell {peer} runs recipe {theirs}, this node {self.recipe} "
+                "(recipe hash differs): every node must run the same recipe"
+            )
+        raise MessageRejected("recipe hash differs: nodes run different recipes")
+
+
+def _loss_or_none(individual: Individual) -> float | None:
+    return individual.fitness.values[0] if individual.fitness.valid else None
+
+
+__all__ = ["Codec", "Manifest", "Message", "Model"]

@@ -1,0 +1,118 @@
+"""Individuals, their roles and their fitness, as plain classes (no DEAP ``creator`` globals).
+
+Below :mod:`evogan.api` in the layering: the component contracts speak of individuals, and this module
+imports nothing of evogan.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+from deap import base
+from torch import nn
+
+Role = Literal["generator", "discriminator"]
+ROLES: tuple[Role, Role] = ("generator", "discriminator")
+
+
+class LossFitness(base.Fitness):
+    """A single loss, minimised. Defined as an ordinary class, so it pickles and needs no ``creator``."""
+
+    weights = (-1.0,)
+
+    @property
+    def loss(self) -> float:
+        return self.values[0] if self.valid else float("inf")
+
+
+OptimizerFactory = Callable[[Role, nn.Module, float], torch.optim.Optimizer]
+
+
+@dataclass(eq=False)
+class Individual:
+    """A generator or discriminator: network, optimizer, hyper-parameters, fitness and sparse state.
+
+    :param origin: the cell the individual was created or last trained in.
+    :param sparse: masks and sparsity-controller state; copied together with the weights.
+    """
+
+    role: Role
+    network: nn.Module
+    optimizer: torch.optim.Optimizer
+    hyper: dict[str, float]
+    origin: int
+    uid: str
+    fitness: LossFitness = field(default_factory=LossFitness)
+    sparse: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def learning_rate(self) -> float:
+        return self.hyper["lr"]
+
+    def set_hyper(self, hyper: dict[str, float]) -> None:
+        self.hyper = hyper
+        for group in self.optimizer.param_groups:
+            group["lr"] = hyper["lr"]
+
+    def clone(self, make_optimizer: OptimizerFactory, *, keep_optimizer_state: bool = True) -> Individual:
+        """A deep copy: weights, optimizer state, hyper-parameters and sparse state travel together.
+
+        Fitness is reset, as the copy will be re-evaluated.
+        """
+        network = copy.deepcopy(self.network)
+        optimizer = make_optimizer(self.role, network, self.hyper["lr"])
+        if keep_optimizer_state:
+            # load_state_dict keeps the tensors it is given: without the copy the clone and its parent
+            # would share (and both advance) one set of Adam moments and step counts.
+            optimizer.load_state_dict(copy.deepcopy(self.optimizer.state_dict()))
+            for group in optimizer.param_groups:
+                group["lr"] = self.hyper["lr"]
+        return Individual(
+            role=self.role,
+            network=network,
+            optimizer=optimizer,
+            hyper=dict(self.hyper),
+            origin=self.origin,
+            uid=self.uid,
+            sparse=copy.deepcopy(self.sparse),
+        )
+
+    def state(self) -> dict[str, Any]:
+        """Everything needed to rebuild this individual, loadable with ``torch.load(weights_only=True)``."""
+        return {
+            "role": self.role,
+            "uid": self.uid,
+            "origin": self.origin,
+            "hyper": dict(self.hyper),
+            "fitness": list(self.fitness.values) if self.fitness.valid else [],
+            "network": self.network.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "sparse": self.sparse,
+        }
+
+    @classmethod
+    def from_state(
+        cls, state: dict[str, Any], network: nn.Module, make_optimizer: OptimizerFactory
+    ) -> Individual:
+        network.load_state_dict(state["network"])
+        optimizer = make_optimizer(state["role"], network, state["hyper"]["lr"])
+        optimizer.load_state_dict(state["optimizer"])
+        individual = cls(
+            role=state["role"],
+            network=network,
+            optimizer=optimizer,
+            hyper=dict(state["hyper"]),
+            origin=int(state["origin"]),
+            uid=state["uid"],
+            sparse=state["sparse"],
+        )
+        if state["fitness"]:
+            individual.fitness.values = tuple(state["fitness"])
+        return individual
+
+
+__all__ = ["ROLES", "Individual", "LossFitness", "OptimizerFactory", "Role"]
