@@ -1,7 +1,13 @@
 """The contracts between the engine and its plugins.
 
-Every extension point is a *component kind*. A component is a class with a ``name``, a nested ``Options``
-model (unknown keys are errors) and the methods of its kind below. Plugins hand component classes to the
+Every extension point is a *component kind*. A component is a class with a ``name``, an ``Options`` model
+(a :class:`ComponentOptions`; unknown keys are errors) and the methods of its kind below. Components are
+generic over their options, so ``self.options`` has the component's own type::
+
+    class Tournament(Selection["Tournament.Options"]):
+        class Options(ComponentOptions):
+            size: int = Field(2, ge=1)
+ Plugins hand component classes to the
 engine through the registration hooks in :mod:`evogan.hookspecs`; recipes pick them by name
 (``use = "<name>"``). The engine only ever talks to these base classes.
 """
@@ -11,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypeVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
@@ -27,30 +33,35 @@ Role = Literal["generator", "discriminator"]
 ROLES: tuple[Role, Role] = ("generator", "discriminator")
 
 
-class Options(BaseModel):
+class ComponentOptions(BaseModel):
     """Base for every component's options: unknown keys are errors, values are validated."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class Component:
+OptionsT = TypeVar("OptionsT", bound=ComponentOptions)
+
+
+class Component(Generic[OptionsT]):
     """Base of every registered component: a name, a one-line description and an ``Options`` model.
 
-    ``default = True`` marks the component a recipe gets when it leaves its kind's optional table out
-    (at most one per kind).
+    The type argument is the class ``Options`` names (``Selection["Tournament.Options"]``), so a type
+    checker knows ``self.options``. ``default = True`` marks the component a recipe gets when it leaves
+    its kind's optional table out (at most one per kind).
     """
 
+    kind: ClassVar[str]  # set by each kind's base class below
     name: ClassVar[str]
     description: ClassVar[str] = ""
-    Options: ClassVar[type[Options]] = Options
+    Options: ClassVar[type[ComponentOptions]] = ComponentOptions
     default: ClassVar[bool] = False
 
-    def __init__(self, options: Options) -> None:
-        self.options = options
+    def __init__(self, options: OptionsT) -> None:
+        self.options: OptionsT = options
 
 
 # --------------------------------------------------------------------------------------------- topology
-class Topology(Component):
+class Topology(Component[OptionsT]):
     """Which cells exist and who neighbours whom.
 
     ``neighbours(cell)`` returns the *distinct* other cells whose best individuals ``cell`` pulls, sorted,
@@ -72,7 +83,7 @@ class Topology(Component):
 
 
 # --------------------------------------------------------------------------------------------- selection
-class Selection(Component):
+class Selection(Component[OptionsT]):
     """Picks ``k`` parents from a population; lower ``fitness`` (a loss) is better.
 
     Implementations must draw every random number from ``rng`` and must not change their input.
@@ -87,7 +98,7 @@ class Selection(Component):
 
 
 # --------------------------------------------------------------------------------------------- mutation
-class Mutation(Component):
+class Mutation(Component[OptionsT]):
     """Mutates an individual's hyper-parameters; returns a new mapping, never edits its input.
 
     Called for every attacker before each of its training steps (Lipizzaner mutates per step).
@@ -118,7 +129,7 @@ class Opponents:
 Faced = list[tuple["Individual", float]]
 
 
-class Pairing(Component):
+class Pairing(Component[OptionsT]):
     """Who each training step of a cell trains against.
 
     Asked once per generator step and once per discriminator step; every individual of the cell trained
@@ -154,7 +165,7 @@ class GeneratorStep:
     step: int
 
 
-class SparsityController(Component):
+class SparsityController(Component[OptionsT]):
     """Keeps masks and density schedules of generators and discriminators.
 
     One instance per cell. State lives in ``individual.sparse`` (a dict of tensors and numbers), so it
@@ -216,7 +227,7 @@ class ProblemContext:
     recipe_path: Path | None = None
 
 
-class Problem(Component):
+class Problem(Component[OptionsT]):
     """A two-population coevolution problem: builds the networks, supplies data, losses and metrics.
 
     All randomness comes from the ``generator`` argument (a ``torch.Generator``) the engine passes in.
@@ -225,7 +236,7 @@ class Problem(Component):
 
     kind: ClassVar[str] = "problem"
 
-    def __init__(self, options: Options, context: ProblemContext) -> None:
+    def __init__(self, options: OptionsT, context: ProblemContext) -> None:
         super().__init__(options)
         self.context = context
 
@@ -350,7 +361,7 @@ class DataSource:
         raise NotImplementedError
 
 
-class Dataset(Component):
+class Dataset(Component[OptionsT]):
     """A source of real training samples (a 2-D mixture, MNIST, CelebA, an image folder...)."""
 
     kind: ClassVar[str] = "dataset"
@@ -359,7 +370,7 @@ class Dataset(Component):
         raise NotImplementedError
 
 
-class Networks(Component):
+class Networks(Component[OptionsT]):
     """A generator/discriminator architecture pair. Discriminators return raw logits of shape (N,)."""
 
     kind: ClassVar[str] = "network"
@@ -374,7 +385,7 @@ class Networks(Component):
         raise NotImplementedError
 
 
-class Loss(Component):
+class Loss(Component[OptionsT]):
     """Adversarial losses on discriminator logits; lower is better for the network being trained."""
 
     kind: ClassVar[str] = "loss"
@@ -390,7 +401,7 @@ class Loss(Component):
         raise NotImplementedError
 
 
-class Metric(Component):
+class Metric(Component[OptionsT]):
     """Scores generated samples against the real data. ``lower_is_better`` names the direction of
     ``primary``, the key the mixture ES optimises when this metric drives it."""
 
@@ -423,7 +434,7 @@ class TransportStats:
     dropped: dict[str, int] = field(default_factory=dict)
 
 
-class Transport(Component):
+class Transport(Component[OptionsT]):
     """Carries encoded envelopes between cells. Knows bytes, topics and peers, never what a model is."""
 
     kind: ClassVar[str] = "transport"
@@ -454,6 +465,7 @@ class Transport(Component):
 __all__ = [
     "ROLES",
     "Component",
+    "ComponentOptions",
     "DataSource",
     "Dataset",
     "Faced",
@@ -463,7 +475,7 @@ __all__ = [
     "Mutation",
     "Networks",
     "Opponents",
-    "Options",
+    "OptionsT",
     "Pairing",
     "Problem",
     "ProblemContext",

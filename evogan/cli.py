@@ -310,8 +310,8 @@ def components(kind: str | None, as_json: bool, disable: tuple[str, ...]) -> Non
         for column in ("name", "plugin", "options (default)", "description"):
             table.add_column(column)
         for item in entries:
-            options = ", ".join(f"{k}={_short(v['default'])}" for k, v in item["options"].items()) or "-"
-            table.add_row(item["name"], item["plugin"], options, item["description"])
+            shown = ", ".join(f"{k}={_short(v['default'])}" for k, v in item["options"].items()) or "-"
+            table.add_row(item["name"], item["plugin"], shown, item["description"])
         console.print(table)
         console.print()
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from evogan.errors import ComponentConflictError, UserError
@@ -33,7 +34,7 @@ KIND_HOOKS: dict[str, str] = {
 @dataclass(frozen=True)
 class Entry:
     name: str
-    component: type[Component]
+    component: type[Component[Any]]
     plugin: str
 
 
@@ -44,7 +45,7 @@ class Registry:
     kind: str
     entries: dict[str, Entry] = field(default_factory=dict)
 
-    def add(self, component: type[Component], plugin: str) -> None:
+    def add(self, component: type[Component[Any]], plugin: str) -> None:
         name = getattr(component, "name", None)
         if not isinstance(name, str) or not name:
             raise ComponentConflictError(
@@ -69,11 +70,11 @@ class Registry:
             )
         self.entries[name] = Entry(name, component, plugin)
 
-    def default(self) -> type[Component] | None:
+    def default(self) -> type[Component[Any]] | None:
         """The component a recipe gets when it leaves this kind's optional table out, if any."""
         return next((e.component for e in self.entries.values() if getattr(e.component, "default", False)), None)
 
-    def get(self, name: str, *, key: str | None = None) -> type[Component]:
+    def get(self, name: str, *, key: str | None = None) -> type[Component[Any]]:
         """The component called ``name``; an unknown name is a ``UserError`` listing what exists."""
         try:
             return self.entries[name].component
@@ -108,8 +109,7 @@ class Registries:
             registry = registries[kind]
             # Oldest registration first, so a conflict names the built-in as the first provider.
             for impl in getattr(pm.hook, hook_name).get_hookimpls():
-                register: Callable[[Any], None] = lambda c, _r=registry, _p=impl.plugin_name: _r.add(c, _p)  # noqa: E731
-                impl.function(register=register)
+                impl.function(register=partial(registry.add, plugin=impl.plugin_name))
         return registries
 
 

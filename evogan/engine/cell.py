@@ -442,8 +442,8 @@ class Cell:
         always = self.settings.recipe.population.replacement == "always"
         self.evaluate([*new_g, *self.generators], all_d, real, rnd, score=("generator",))
         self.evaluate(all_g, [*new_d, *self.discriminators], real, rnd, score=("discriminator",))
-        replaced = {}
-        for role, offspring in (("generator", new_g), ("discriminator", new_d)):
+        replaced: dict[str, bool] = {}
+        for role, offspring in zip(ROLES, (new_g, new_d), strict=True):
             local = self.population(role)
             best_new = min(offspring, key=lambda ind: ind.fitness.loss)
             worst = max(range(len(local)), key=lambda i: local[i].fitness.loss)
@@ -545,7 +545,7 @@ class Cell:
 
     def load_state(self, state: Mapping[str, Any]) -> None:
         generator = torch.Generator().manual_seed(0)  # weights come from the checkpoint
-        for role, key in (("generator", "generators"), ("discriminator", "discriminators")):
+        for role, key in zip(ROLES, ("generators", "discriminators"), strict=True):
             individuals = [
                 Individual.from_state(
                     entry, self.problem.create(role, generator=generator), self.problem.make_optimizer

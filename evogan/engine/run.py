@@ -16,7 +16,17 @@ from typing import Any
 import pluggy
 import torch
 
-from evogan.api import ROLES, Problem, ProblemContext, SparsityController, Topology, Transport
+from evogan.api import (
+    ROLES,
+    Mutation,
+    Pairing,
+    Problem,
+    ProblemContext,
+    Selection,
+    SparsityController,
+    Topology,
+    Transport,
+)
 from evogan.engine.cell import Cell, CellSettings
 from evogan.engine.lockstep import Pause, run_in_turns
 from evogan.engine.rundir import RunDirectory, writing
@@ -54,8 +64,7 @@ def pick_device(setting: str, local_rank: int = 0) -> torch.device:
 
 
 def build_topology(recipe: Recipe) -> Topology:
-    choice = recipe.choices["topology"]
-    return choice.component(choice.options)  # type: ignore[call-arg]
+    return recipe.choices["topology"].create(Topology)
 
 
 def build_settings(
@@ -70,22 +79,21 @@ def build_settings(
         run_dir=run_dir.path if run_dir else None,
         recipe_path=recipe.path,
     )
-    problem_choice = choices["problem"]
-    problem: Problem = problem_choice.component(problem_choice.options, context)  # type: ignore[call-arg]
+    problem = choices["problem"].create(Problem, context)
     problem.setup()
     sparsity: SparsityController | None = None
     if "sparsity" in choices:
-        sparsity = choices["sparsity"].component(choices["sparsity"].options)  # type: ignore[assignment]
+        sparsity = choices["sparsity"].create(SparsityController)
     if "pairing" not in choices:  # no [pairing] table and no registered default (its plugin blocked)
         raise UserError(f"{recipe.path}: pairing: required table is missing (no default pairing registered)")
     return CellSettings(
         recipe=recipe,
         problem=problem,
-        selection=choices["selection"].component(choices["selection"].options),  # type: ignore[arg-type]
-        mutation=choices["mutation"].component(choices["mutation"].options),  # type: ignore[arg-type]
+        selection=choices["selection"].create(Selection),
+        mutation=choices["mutation"].create(Mutation),
         sparsity=sparsity,
         run_id=run_dir.run_id if run_dir else "run",
-        pairing=choices["pairing"].component(choices["pairing"].options),  # type: ignore[arg-type]
+        pairing=choices["pairing"].create(Pairing),
     )
 
 

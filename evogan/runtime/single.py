@@ -10,6 +10,7 @@ from typing import Any
 import pluggy
 
 from evogan import recipe as recipes
+from evogan.api import Transport
 from evogan.engine.run import Driver, build_settings, build_topology, pick_device, set_threads
 from evogan.engine.rundir import RunDirectory
 from evogan.errors import UserError
@@ -78,7 +79,7 @@ def run_in_process(prepared: PreparedRun, *, stop: Callable[[], bool] = lambda: 
     transport_class = prepared.registries["transport"].get(transport_name, key="exchange.transport")
     if transport_name != "inproc":
         raise UserError(f"exchange.transport: {transport_name!r} needs run.workers > 1")
-    transport = transport_class(transport_class.Options())
+    transport = recipes.create(Transport, transport_class, transport_class.Options())
     driver = Driver(
         recipe,
         prepared.pm,

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 import torch
 from pydantic import Field, model_validator
 
-from evogan.api import GeneratorStep, Options, Problem, SparsityController
+from evogan.api import ComponentOptions, GeneratorStep, Problem, SparsityController
 from evogan.sparse import balance, dst, flops, sema
 from evogan.sparse.masks import (
     DEFAULT_KEEP_DENSE,
@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from evogan.engine.population import Individual
 
 
-class StaticOptions(Options):
+class StaticOptions(ComponentOptions):
     density_g: float = Field(
         0.3, gt=0, le=1, description="Overall density (fraction kept) of every generator's masked weights."
     )
@@ -206,22 +206,21 @@ class AdaptStrictOptions(AdaptOptions):
     )
 
 
-class MaskedController(SparsityController):
+class MaskedController(SparsityController[StaticOptions]):
     """Masks for G and D; what changes them is set by the class variables of each registered variant."""
 
-    Options: ClassVar[type[Options]] = StaticOptions
+    Options: ClassVar[type[StaticOptions]] = StaticOptions
     g_growth: ClassVar[dst.Growth | None] = None  # None: the generator's mask never changes
     adapt: ClassVar[bool] = False  # BR-driven discriminator density
     strict: ClassVar[bool] = False  # at the cap, a weak D gets a DST step instead
 
-    def __init__(self, options: Options) -> None:
+    def __init__(self, options: StaticOptions) -> None:
         super().__init__(options)
         # id(generator) -> the discriminators its cell trains this generation (begin_generation)
         self._home: dict[int, list[Individual]] = {}
 
     @property
     def opts(self) -> StaticOptions:
-        assert isinstance(self.options, StaticOptions)
         return self.options
 
     # ------------------------------------------------------------------------------------------ lifecycle

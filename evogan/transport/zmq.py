@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field
 
-from evogan.api import Options, Transport, TransportStats
+from evogan.api import ComponentOptions, Transport, TransportStats
 from evogan.errors import RunFailure, UserError
 from evogan.transport.inproc import forget_old, pick
 
@@ -94,7 +94,7 @@ class _State:
         return None if chosen is None else (chosen, held[chosen])
 
 
-class ZmqTransport(Transport):
+class ZmqTransport(Transport["ZmqTransport.Options"]):
     """Cells in several processes or hosts: XPUB/SUB over tcp or ipc, optional CURVE.
 
     Serves the cells local to one process. A single I/O thread owns every socket (see
@@ -104,7 +104,7 @@ class ZmqTransport(Transport):
     name: ClassVar[str] = "zmq"
     description: ClassVar[str] = "ZeroMQ XPUB/SUB between processes and hosts; latest-wins receiver; CURVE"
 
-    class Options(Options):
+    class Options(ComponentOptions):
         bind: str = Field(default="127.0.0.1", description="interface the XPUBs bind to (tcp)")
         advertise: str = Field(default="", description="address peers connect to; empty = same as bind")
         scheme: Literal["tcp", "ipc"] = Field(default="tcp", description="tcp, or ipc for cells on one host")
@@ -137,9 +137,7 @@ class ZmqTransport(Transport):
             description="generations of messages kept per neighbour (and messages from inside generations)",
         )
 
-    options: ZmqTransport.Options
-
-    def __init__(self, options: Options | None = None) -> None:
+    def __init__(self, options: ZmqTransport.Options | None = None) -> None:
         import zmq
 
         super().__init__(options if options is not None else self.Options())
