@@ -288,7 +288,7 @@ def components(kind: str | None, as_json: bool, disable: tuple[str, ...]) -> Non
         for entry in registries[name]:
             options = {
                 field: {
-                    "default": _jsonable(info.get_default(call_default_factory=True)),
+                    "default": None if info.is_required() else _jsonable(info.get_default(call_default_factory=True)),
                     "description": info.description or "",
                 }
                 for field, info in entry.component.Options.model_fields.items()

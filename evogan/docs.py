@@ -22,6 +22,8 @@ Built-in components only (plugins installed on your machine add more: `evogan co
 
 
 def _default(info: Any) -> str:
+    if info.is_required():
+        return "(required)"
     try:
         value = info.get_default(call_default_factory=True)
     except Exception:  # a default that cannot be built without input (e.g. a required file)

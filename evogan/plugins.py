@@ -17,6 +17,7 @@ from evogan.errors import UserError
 BUILTIN_PLUGINS: tuple[str, ...] = (
     "evogan.builtin.topology",
     "evogan.builtin.selection",
+    "evogan.builtin.deap_operators",
     "evogan.builtin.mutation",
     "evogan.builtin.sparsity",
     "evogan.builtin.transports",

@@ -136,6 +136,11 @@ class Driver:
                 cell.load_state(state)
                 self.run_dir.discard_checkpoints_after(cell.index, cell.generation)  # an abandoned timeline
             self.run_dir.truncate_records({cell.index: cell.generation for cell in self.cells})
+            history = self.run_dir.read_metrics()
+            for cell in self.cells:  # each logbook holds its cell's whole run, as an unbroken run's would
+                cell.logbook.extend(
+                    r for r in history if r["cell"] == cell.index and r["generation"] <= cell.generation
+                )
         else:
             for cell in self.cells:
                 cell.initialise()
@@ -240,9 +245,10 @@ class Driver:
         if pause is not None:
             cell.between_batches = lambda batches: self._exchange_inside(cell, batches, pause, spent)
         try:
-            record, timings = cell.step()
+            timings = cell.step()
         finally:
             cell.between_batches = None
+        record = cell.logbook[-1]  # the generation's record: metrics.jsonl, the log and the hook get it
         started = time.perf_counter()
         self.transport.publish(cell.index, cell.message())
         timings["exchange"] = exchange_seconds + spent[0] + time.perf_counter() - started
