@@ -50,7 +50,8 @@ class Component(Generic[OptionsT]):
     its kind's optional table out (at most one per kind).
     """
 
-    kind: ClassVar[str]  # set by each kind's base class below
+    kind: ClassVar[str]  # set by each kind's base class below, with the hook that registers it
+    hook: ClassVar[str]
     name: ClassVar[str]
     description: ClassVar[str] = ""
     Options: ClassVar[type[ComponentOptions]] = ComponentOptions
@@ -69,6 +70,7 @@ class Topology(Component[OptionsT]):
     """
 
     kind: ClassVar[str] = "topology"
+    hook: ClassVar[str] = "evogan_register_topologies"
 
     @property
     def cells(self) -> int:
@@ -90,6 +92,7 @@ class Selection(Component[OptionsT]):
     """
 
     kind: ClassVar[str] = "selection"
+    hook: ClassVar[str] = "evogan_register_selections"
 
     def select(
         self, population: Sequence[Individual], k: int, *, rng: np.random.Generator
@@ -105,6 +108,7 @@ class Mutation(Component[OptionsT]):
     """
 
     kind: ClassVar[str] = "mutation"
+    hook: ClassVar[str] = "evogan_register_mutations"
 
     def mutate(self, hyper: Mapping[str, float], *, rng: np.random.Generator) -> dict[str, float]:
         raise NotImplementedError
@@ -140,6 +144,7 @@ class Pairing(Component[OptionsT]):
     """
 
     kind: ClassVar[str] = "pairing"
+    hook: ClassVar[str] = "evogan_register_pairings"
 
     def generator_opponents(self, discriminators: Opponents, *, rng: np.random.Generator) -> Faced:
         raise NotImplementedError
@@ -176,6 +181,7 @@ class SparsityController(Component[OptionsT]):
     """
 
     kind: ClassVar[str] = "sparsity"
+    hook: ClassVar[str] = "evogan_register_sparsity_controllers"
 
     def prepare(self, individual: Individual, *, generator: torch.Generator) -> None:
         """A new individual was created: build its masks and state in ``individual.sparse``."""
@@ -235,6 +241,7 @@ class Problem(Component[OptionsT]):
     """
 
     kind: ClassVar[str] = "problem"
+    hook: ClassVar[str] = "evogan_register_problems"
 
     def __init__(self, options: OptionsT, context: ProblemContext) -> None:
         super().__init__(options)
@@ -365,6 +372,7 @@ class Dataset(Component[OptionsT]):
     """A source of real training samples (a 2-D mixture, MNIST, CelebA, an image folder...)."""
 
     kind: ClassVar[str] = "dataset"
+    hook: ClassVar[str] = "evogan_register_datasets"
 
     def load(self, device: torch.device) -> DataSource:
         raise NotImplementedError
@@ -374,6 +382,7 @@ class Networks(Component[OptionsT]):
     """A generator/discriminator architecture pair. Discriminators return raw logits of shape (N,)."""
 
     kind: ClassVar[str] = "network"
+    hook: ClassVar[str] = "evogan_register_networks"
 
     def latent_shape(self) -> tuple[int, ...]:
         raise NotImplementedError
@@ -389,6 +398,7 @@ class Loss(Component[OptionsT]):
     """Adversarial losses on discriminator logits; lower is better for the network being trained."""
 
     kind: ClassVar[str] = "loss"
+    hook: ClassVar[str] = "evogan_register_losses"
 
     def generator_loss(
         self, fake_logits: torch.Tensor, *, generator: torch.Generator | None = None
@@ -406,6 +416,7 @@ class Metric(Component[OptionsT]):
     ``primary``, the key the mixture ES optimises when this metric drives it."""
 
     kind: ClassVar[str] = "metric"
+    hook: ClassVar[str] = "evogan_register_metrics"
     primary: ClassVar[str] = ""
     lower_is_better: ClassVar[bool] = True
 
@@ -438,6 +449,7 @@ class Transport(Component[OptionsT]):
     """Carries encoded envelopes between cells. Knows bytes, topics and peers, never what a model is."""
 
     kind: ClassVar[str] = "transport"
+    hook: ClassVar[str] = "evogan_register_transports"
 
     def publish(self, cell: int, frames: Sequence[bytes | memoryview]) -> None:
         raise NotImplementedError
@@ -462,7 +474,27 @@ class Transport(Component[OptionsT]):
         pass
 
 
+# ------------------------------------------------------------------------------------------ the kinds
+# Every component kind, in the order `evogan components` prints them. A new kind is a base class above
+# (with `kind` and `hook`) listed here: the registry, the registration hookspec and the reference docs
+# follow from this tuple.
+KINDS: tuple[type[Component[Any]], ...] = (
+    Topology,
+    Selection,
+    Mutation,
+    SparsityController,
+    Problem,
+    Dataset,
+    Networks,
+    Loss,
+    Metric,
+    Transport,
+    Pairing,
+)
+
+
 __all__ = [
+    "KINDS",
     "ROLES",
     "Component",
     "ComponentOptions",

@@ -81,7 +81,9 @@ class MixtureSection(_Table):
 
 class ExchangeSection(_Table):
     transport: str | None = Field(
-        None, description="transport component; default: in-process for one worker, ZeroMQ for several"
+        None,
+        description="transport component; default: in-process for one worker, ZeroMQ for several",
+        json_schema_extra={"evogan_kind": "transport"},
     )
     max_staleness: int = Field(0, ge=0, description="accept neighbour models this many generations old")
     timeout: float = Field(60.0, gt=0, description="seconds to wait for fresh neighbour models")

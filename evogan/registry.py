@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from evogan.api import KINDS
 from evogan.errors import ComponentConflictError, UserError
 
 if TYPE_CHECKING:
@@ -15,20 +16,8 @@ if TYPE_CHECKING:
 
     from evogan.api import Component
 
-# kind -> the registration hook that fills it. The order is the order `evogan components` prints.
-KIND_HOOKS: dict[str, str] = {
-    "topology": "evogan_register_topologies",
-    "selection": "evogan_register_selections",
-    "mutation": "evogan_register_mutations",
-    "sparsity": "evogan_register_sparsity_controllers",
-    "problem": "evogan_register_problems",
-    "dataset": "evogan_register_datasets",
-    "network": "evogan_register_networks",
-    "loss": "evogan_register_losses",
-    "metric": "evogan_register_metrics",
-    "transport": "evogan_register_transports",
-    "pairing": "evogan_register_pairings",
-}
+# kind -> the registration hook that fills it (from evogan.api.KINDS, in the order `evogan components` prints).
+KIND_HOOKS: dict[str, str] = {base.kind: base.hook for base in KINDS}
 
 
 @dataclass(frozen=True)
