@@ -32,8 +32,10 @@ test-slow: install
 test-all: install
 	$(BIN)/python -m pytest -m 'slow or not slow'
 
+# ruff, then mypy on evogan/ and plugins/ (its settings: [tool.mypy] in pyproject.toml)
 lint: install
 	$(BIN)/ruff check evogan tests plugins benchmarks
+	$(BIN)/mypy
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -1,7 +1,13 @@
 """The contracts between the engine and its plugins.
 
-Every extension point is a *component kind*. A component is a class with a ``name``, a nested ``Options``
-model (unknown keys are errors) and the methods of its kind below. Plugins hand component classes to the
+Every extension point is a *component kind*. A component is a class with a ``name``, an ``Options`` model
+(a :class:`ComponentOptions`; unknown keys are errors) and the methods of its kind below. Components are
+generic over their options, so ``self.options`` has the component's own type::
+
+    class Tournament(Selection["Tournament.Options"]):
+        class Options(ComponentOptions):
+            size: int = Field(2, ge=1)
+ Plugins hand component classes to the
 engine through the registration hooks in :mod:`evogan.hookspecs`; recipes pick them by name
 (``use = "<name>"``). The engine only ever talks to these base classes.
 
@@ -16,7 +22,7 @@ import abc
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
@@ -30,30 +36,36 @@ if TYPE_CHECKING:
     from evogan.registry import Registries
 
 
-class Options(BaseModel):
+class ComponentOptions(BaseModel):
     """Base for every component's options: unknown keys are errors, values are validated."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class Component(abc.ABC):
+OptionsT = TypeVar("OptionsT", bound=ComponentOptions)
+
+
+class Component(abc.ABC, Generic[OptionsT]):
     """Base of every registered component: a name, a one-line description and an ``Options`` model.
 
-    ``default = True`` marks the component a recipe gets when it leaves its kind's optional table out
-    (at most one per kind).
+    The type argument is the class ``Options`` names (``Selection["Tournament.Options"]``), so a type
+    checker knows ``self.options``. ``default = True`` marks the component a recipe gets when it leaves
+    its kind's optional table out (at most one per kind).
     """
 
+    kind: ClassVar[str]  # set by each kind's base class below, with the hook that registers it
+    hook: ClassVar[str]
     name: ClassVar[str]
     description: ClassVar[str] = ""
-    Options: ClassVar[type[Options]] = Options
+    Options: ClassVar[type[ComponentOptions]] = ComponentOptions
     default: ClassVar[bool] = False
 
-    def __init__(self, options: Options) -> None:
-        self.options = options
+    def __init__(self, options: OptionsT) -> None:
+        self.options: OptionsT = options
 
 
 # --------------------------------------------------------------------------------------------- topology
-class Topology(Component):
+class Topology(Component[OptionsT]):
     """Which cells exist and who neighbours whom.
 
     ``neighbours(cell)`` returns the *distinct* other cells whose best individuals ``cell`` pulls, sorted,
@@ -61,6 +73,7 @@ class Topology(Component):
     """
 
     kind: ClassVar[str] = "topology"
+    hook: ClassVar[str] = "evogan_register_topologies"
 
     @property
     @abc.abstractmethod
@@ -77,13 +90,14 @@ class Topology(Component):
 
 
 # --------------------------------------------------------------------------------------------- selection
-class Selection(Component):
+class Selection(Component[OptionsT]):
     """Picks ``k`` parents from a population; lower ``fitness`` (a loss) is better.
 
     Implementations must draw every random number from ``rng`` and must not change their input.
     """
 
     kind: ClassVar[str] = "selection"
+    hook: ClassVar[str] = "evogan_register_selections"
 
     @abc.abstractmethod
     def select(
@@ -93,13 +107,14 @@ class Selection(Component):
 
 
 # --------------------------------------------------------------------------------------------- mutation
-class Mutation(Component):
+class Mutation(Component[OptionsT]):
     """Mutates an individual's hyper-parameters; returns a new mapping, never edits its input.
 
     Called for every attacker before each of its training steps (Lipizzaner mutates per step).
     """
 
     kind: ClassVar[str] = "mutation"
+    hook: ClassVar[str] = "evogan_register_mutations"
 
     @abc.abstractmethod
     def mutate(self, hyper: Mapping[str, float], *, rng: np.random.Generator) -> dict[str, float]:
@@ -125,7 +140,7 @@ class Opponents:
 Faced = list[tuple["Individual", float]]
 
 
-class Pairing(Component):
+class Pairing(Component[OptionsT]):
     """Who each training step of a cell trains against.
 
     Asked once per generator step and once per discriminator step; every individual of the cell trained
@@ -136,6 +151,7 @@ class Pairing(Component):
     """
 
     kind: ClassVar[str] = "pairing"
+    hook: ClassVar[str] = "evogan_register_pairings"
 
     @abc.abstractmethod
     def generator_opponents(self, discriminators: Opponents, *, rng: np.random.Generator) -> Faced:
@@ -163,7 +179,7 @@ class GeneratorStep:
     step: int
 
 
-class SparsityController(Component):
+class SparsityController(Component[OptionsT]):
     """Keeps masks and density schedules of generators and discriminators.
 
     One instance per cell. State lives in ``individual.sparse`` (a dict of tensors and numbers), so it
@@ -174,6 +190,7 @@ class SparsityController(Component):
     """
 
     kind: ClassVar[str] = "sparsity"
+    hook: ClassVar[str] = "evogan_register_sparsity_controllers"
 
     def prepare(self, individual: Individual, *, generator: torch.Generator) -> None:
         """A new individual was created: build its masks and state in ``individual.sparse``."""
@@ -225,7 +242,7 @@ class ProblemContext:
     recipe_path: Path | None = None
 
 
-class Problem(Component):
+class Problem(Component[OptionsT]):
     """A two-population coevolution problem: builds the networks, supplies data, losses and metrics.
 
     All randomness comes from the ``generator`` argument (a ``torch.Generator``) the engine passes in.
@@ -233,8 +250,9 @@ class Problem(Component):
     """
 
     kind: ClassVar[str] = "problem"
+    hook: ClassVar[str] = "evogan_register_problems"
 
-    def __init__(self, options: Options, context: ProblemContext) -> None:
+    def __init__(self, options: OptionsT, context: ProblemContext) -> None:
         super().__init__(options)
         self.context = context
 
@@ -374,20 +392,22 @@ class DataSource(abc.ABC):
         raise NotImplementedError
 
 
-class Dataset(Component):
+class Dataset(Component[OptionsT]):
     """A source of real training samples (a 2-D mixture, MNIST, CelebA, an image folder...)."""
 
     kind: ClassVar[str] = "dataset"
+    hook: ClassVar[str] = "evogan_register_datasets"
 
     @abc.abstractmethod
     def load(self, device: torch.device) -> DataSource:
         raise NotImplementedError
 
 
-class Networks(Component):
+class Networks(Component[OptionsT]):
     """A generator/discriminator architecture pair. Discriminators return raw logits of shape (N,)."""
 
     kind: ClassVar[str] = "network"
+    hook: ClassVar[str] = "evogan_register_networks"
 
     @abc.abstractmethod
     def latent_shape(self) -> tuple[int, ...]:
@@ -401,10 +421,11 @@ class Networks(Component):
         raise NotImplementedError
 
 
-class Loss(Component):
+class Loss(Component[OptionsT]):
     """Adversarial losses on discriminator logits; lower is better for the network being trained."""
 
     kind: ClassVar[str] = "loss"
+    hook: ClassVar[str] = "evogan_register_losses"
 
     @abc.abstractmethod
     def generator_loss(
@@ -419,11 +440,12 @@ class Loss(Component):
         raise NotImplementedError
 
 
-class Metric(Component):
+class Metric(Component[OptionsT]):
     """Scores generated samples against the real data. ``lower_is_better`` names the direction of
     ``primary``, the key the mixture ES optimises when this metric drives it."""
 
     kind: ClassVar[str] = "metric"
+    hook: ClassVar[str] = "evogan_register_metrics"
     primary: ClassVar[str] = ""
     lower_is_better: ClassVar[bool] = True
 
@@ -453,10 +475,11 @@ class TransportStats:
     dropped: dict[str, int] = field(default_factory=dict)
 
 
-class Transport(Component):
+class Transport(Component[OptionsT]):
     """Carries encoded envelopes between cells. Knows bytes, topics and peers, never what a model is."""
 
     kind: ClassVar[str] = "transport"
+    hook: ClassVar[str] = "evogan_register_transports"
 
     @abc.abstractmethod
     def publish(self, cell: int, frames: Sequence[bytes | memoryview]) -> None:
@@ -483,7 +506,7 @@ class Transport(Component):
         pass
 
 
-class ConnectableTransport(Transport):
+class ConnectableTransport(Transport[OptionsT]):
     """A transport between processes: what ``run.workers > 1`` (and every torchrun node) needs.
 
     A worker drives it through one round: :meth:`bind` its local cells, exchange the returned endpoints
@@ -518,9 +541,30 @@ class ConnectableTransport(Transport):
         return {}
 
 
+# ------------------------------------------------------------------------------------------ the kinds
+# Every component kind, in the order `evogan components` prints them. A new kind is a base class above
+# (with `kind` and `hook`) listed here: the registry, the registration hookspec and the reference docs
+# follow from this tuple.
+KINDS: tuple[type[Component[Any]], ...] = (
+    Topology,
+    Selection,
+    Mutation,
+    SparsityController,
+    Problem,
+    Dataset,
+    Networks,
+    Loss,
+    Metric,
+    Transport,
+    Pairing,
+)
+
+
 __all__ = [
+    "KINDS",
     "ROLES",
     "Component",
+    "ComponentOptions",
     "ConnectableTransport",
     "DataSource",
     "Dataset",
@@ -531,7 +575,7 @@ __all__ = [
     "Mutation",
     "Networks",
     "Opponents",
-    "Options",
+    "OptionsT",
     "Pairing",
     "Problem",
     "ProblemContext",

@@ -251,7 +251,7 @@ def components(kind: str | None, as_json: bool, disable: tuple[str, ...]) -> Non
         for entry in registries[name]:
             options = {
                 field: {
-                    "default": _jsonable(info.get_default(call_default_factory=True)),
+                    "default": None if info.is_required() else _jsonable(info.get_default(call_default_factory=True)),
                     "description": info.description or "",
                 }
                 for field, info in entry.component.Options.model_fields.items()
@@ -273,8 +273,8 @@ def components(kind: str | None, as_json: bool, disable: tuple[str, ...]) -> Non
         for column in ("name", "plugin", "options (default)", "description"):
             table.add_column(column)
         for item in entries:
-            options = ", ".join(f"{k}={_short(v['default'])}" for k, v in item["options"].items()) or "-"
-            table.add_row(item["name"], item["plugin"], options, item["description"])
+            shown = ", ".join(f"{k}={_short(v['default'])}" for k, v in item["options"].items()) or "-"
+            table.add_row(item["name"], item["plugin"], shown, item["description"])
         console.print(table)
         console.print()
 

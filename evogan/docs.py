@@ -11,7 +11,8 @@ from typing import Any
 import click
 from pydantic import BaseModel
 
-from evogan.recipe import COMPONENT_TABLES, FIXED_TABLES
+from evogan.api import KINDS
+from evogan.recipe import COMPONENT_TABLES, FIXED_TABLES, nested_kinds
 from evogan.registry import KIND_HOOKS, Registries
 
 HEADER = """# Reference
@@ -22,6 +23,8 @@ Built-in components only (plugins installed on your machine add more: `evogan co
 
 
 def _default(info: Any) -> str:
+    if info.is_required():
+        return "(required)"
     try:
         value = info.get_default(call_default_factory=True)
     except Exception:  # a default that cannot be built without input (e.g. a required file)
@@ -64,6 +67,7 @@ def recipe_reference(registries: Registries) -> str:
         need = "required" if required else f"optional; default `{default.name}`" if default else "optional"
         out.append(f"- `[{table}]`: a {kind} component ({need})")
     out.append("")
+    out += kinds_reference(registries)
     out.append("## Components and their options\n")
     for kind in KIND_HOOKS:
         out.append(f"### {kind}\n")
@@ -78,6 +82,31 @@ def recipe_reference(registries: Registries) -> str:
             else:
                 out.append("No options.\n")
     return "\n".join(out)
+
+
+def kinds_reference(registries: Registries) -> list[str]:
+    """One row per component kind (evogan.api.KINDS): its base class, registration hook and where the
+    built-in recipe tables choose it (its own table, or a nested one such as ``[problem.data]``)."""
+    tables: dict[str, list[str]] = {}
+    for table, (kind, _) in COMPONENT_TABLES.items():
+        tables.setdefault(kind, []).append(f"`[{table}]`")
+        for entry in registries[kind]:
+            for field, nested in nested_kinds(entry.component.Options).items():
+                if f"`[{table}.{field}]`" not in tables.get(nested, []):
+                    tables.setdefault(nested, []).append(f"`[{table}.{field}]`")
+    for table, model in FIXED_TABLES.items():  # a key naming a component: exchange.transport
+        for field, nested in nested_kinds(model).items():
+            tables.setdefault(nested, []).append(f"`{table}.{field}`")
+    out = [
+        "## Component kinds\n",
+        "A plugin registers components of a kind by implementing the kind's hook (see CONTRIBUTING.md).\n",
+        "| kind | base class | registration hook | recipe table |",
+        "| --- | --- | --- | --- |",
+    ]
+    for base in KINDS:
+        where = ", ".join(tables.get(base.kind, [])) or "-"
+        out.append(f"| {base.kind} | `evogan.api.{base.__name__}` | `{base.hook}(register)` | {where} |")
+    return [*out, ""]
 
 
 def cli_reference(group: click.Group) -> str:

@@ -25,6 +25,9 @@ that lives only in the process that called ``evogan run`` (the CLI's terminal re
 objects) cannot run there: that process fires ``evogan_run_start``, ``evogan_generation_end`` (read back
 from ``metrics.jsonl``, with the same record) and ``evogan_run_end`` (with ``summary.json``) for those
 plugins alone, so each plugin still sees each event once.
+
+There is one registration hook per component kind, made below from :data:`evogan.api.KINDS` (each base
+class names its hook); docs/reference.md lists them.
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pluggy
+
+from evogan.api import KINDS, Component
 
 if TYPE_CHECKING:
     from evogan.engine.run import RunInfo
@@ -46,114 +51,26 @@ Register = Callable[[type], None]
 
 
 # ------------------------------------------------------------------------------------------ registration
-@hookspec
-def evogan_register_topologies(register: Register) -> None:
-    """Register :class:`evogan.api.Topology` classes (which cells neighbour which).
+def _registration_spec(base: type[Component[Any]]) -> Callable[..., None]:
+    """The spec of ``base.hook``: plugins call ``register`` with their ``base`` subclasses."""
 
-    :param register: call with each component class.
+    def spec(register: Register) -> None:
+        pass
 
-    Called in: every process, once per plugin manager.
-    """
-
-
-@hookspec
-def evogan_register_selections(register: Register) -> None:
-    """Register :class:`evogan.api.Selection` classes (parent selection over a neighbourhood).
-
-    :param register: call with each component class.
-
-    Called in: every process, once per plugin manager.
-    """
+    summary = (base.__doc__ or "").strip().splitlines()[0].rstrip(".")
+    spec.__name__ = spec.__qualname__ = base.hook
+    spec.__doc__ = (
+        f"Register :class:`evogan.api.{base.__name__}` classes ({summary[:1].lower()}{summary[1:]}).\n\n"
+        ":param register: call with each component class.\n\n"
+        "Called in: every process, once per plugin manager.\n"
+    )
+    return hookspec(spec)
 
 
-@hookspec
-def evogan_register_mutations(register: Register) -> None:
-    """Register :class:`evogan.api.Mutation` classes (hyper-parameter mutation).
-
-    :param register: call with each component class.
-
-    Called in: every process, once per plugin manager.
-    """
-
-
-@hookspec
-def evogan_register_sparsity_controllers(register: Register) -> None:
-    """Register :class:`evogan.api.SparsityController` classes (masks, density control).
-
-    :param register: call with each component class.
-
-    Called in: every process, once per plugin manager.
-    """
-
-
-@hookspec
-def evogan_register_problems(register: Register) -> None:
-    """Register :class:`evogan.api.Problem` classes (what coevolves: the GAN problem).
-
-    :param register: call with each component class.
-
-    Called in: every process, once per plugin manager.
-    """
-
-
-@hookspec
-def evogan_register_datasets(register: Register) -> None:
-    """Register :class:`evogan.api.Dataset` classes (real data for the GAN problem).
-
-    :param register: call with each component class.
-
-    Called in: every process, once per plugin manager.
-    """
-
-
-@hookspec
-def evogan_register_networks(register: Register) -> None:
-    """Register :class:`evogan.api.Networks` classes (generator/discriminator architecture pairs).
-
-    :param register: call with each component class.
-
-    Called in: every process, once per plugin manager.
-    """
-
-
-@hookspec
-def evogan_register_losses(register: Register) -> None:
-    """Register :class:`evogan.api.Loss` classes (adversarial losses).
-
-    :param register: call with each component class.
-
-    Called in: every process, once per plugin manager.
-    """
-
-
-@hookspec
-def evogan_register_metrics(register: Register) -> None:
-    """Register :class:`evogan.api.Metric` classes (sample quality scores).
-
-    :param register: call with each component class.
-
-    Called in: every process, once per plugin manager.
-    """
-
-
-@hookspec
-def evogan_register_transports(register: Register) -> None:
-    """Register :class:`evogan.api.Transport` classes (how neighbour models travel).
-
-    :param register: call with each component class.
-
-    Called in: every process, once per plugin manager.
-    """
-
-
-@hookspec
-def evogan_register_pairings(register: Register) -> None:
-    """Register :class:`evogan.api.Pairing` classes (who each training step trains against).
-
-    :param register: call with each component class.
-
-    Called in: every process, once per plugin manager.
-    """
+# One registration hook per component kind (evogan.api.KINDS): evogan_register_topologies, ...
+for _base in KINDS:
+    globals()[_base.hook] = _registration_spec(_base)
+del _base
 
 
 # ------------------------------------------------------------------------------------------ lifecycle

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from importlib import import_module, metadata
 
@@ -16,6 +17,7 @@ from evogan.errors import UserError
 BUILTIN_PLUGINS: tuple[str, ...] = (
     "evogan.builtin.topology",
     "evogan.builtin.selection",
+    "evogan.builtin.deap_operators",
     "evogan.builtin.mutation",
     "evogan.builtin.sparsity",
     "evogan.builtin.transports",
@@ -36,6 +38,22 @@ BLOCK_ENV = "EVOGAN_BLOCK_PLUGINS"
 PLUGINS_ENV = "EVOGAN_PLUGINS"
 
 
+# Plugin objects every manager made in this process registers, while `registered` holds them (tests).
+_REGISTERED: list[object] = []
+
+
+@contextlib.contextmanager
+def registered(*plugins: object) -> Iterator[None]:
+    """Register ``plugins`` with every plugin manager made in this process inside the block, so a run
+    started there (``prepare``, or the CLI invoked in-process) has them. Worker processes do not."""
+    _REGISTERED.extend(plugins)
+    try:
+        yield
+    finally:
+        for plugin in plugins:
+            _REGISTERED.remove(plugin)
+
+
 def _env_blocked() -> set[str]:
     return {name.strip() for name in os.environ.get(BLOCK_ENV, "").split(",") if name.strip()}
 
@@ -52,7 +70,8 @@ def make_plugin_manager(
 
     :param autoload: load entry-point plugins; default: unless ``EVOGAN_DISABLE_PLUGIN_AUTOLOAD`` is set.
     :param blocked: plugin names never to load (added to ``EVOGAN_BLOCK_PLUGINS``).
-    :param extra: plugin objects to register after the built-ins (tests, the CLI's reporter).
+    :param extra: plugin objects to register after the built-ins (the CLI's reporter); then those
+        :func:`registered` holds.
     """
     pm = pluggy.PluginManager(hookspecs.PROJECT)
     pm.add_hookspecs(hookspecs)
@@ -76,7 +95,7 @@ def make_plugin_manager(
         except ImportError as exc:
             raise UserError(f"{PLUGINS_ENV}: cannot import {module_name!r}: {exc}") from None
         pm.register(module, name=module_name)
-    for plugin in extra:
+    for plugin in (*extra, *_REGISTERED):
         pm.register(plugin)
     pm.check_pending()
     return pm
@@ -118,4 +137,5 @@ __all__ = [
     "PluginInfo",
     "describe_plugins",
     "make_plugin_manager",
+    "registered",
 ]

@@ -17,11 +17,11 @@ import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from evogan.api import Component, ConnectableTransport, Options
+from evogan.api import Component, ComponentOptions, ConnectableTransport
 from evogan.errors import RecipeError, UserError
 from evogan.registry import Registries
 
@@ -81,7 +81,9 @@ class MixtureSection(_Table):
 
 class ExchangeSection(_Table):
     transport: str | None = Field(
-        None, description="transport component; default: in-process for one worker, ZeroMQ for several"
+        None,
+        description="transport component; default: in-process for one worker, ZeroMQ for several",
+        json_schema_extra={"evogan_kind": "transport"},
     )
     max_staleness: int = Field(0, ge=0, description="accept neighbour models this many generations old")
     timeout: float = Field(60.0, gt=0, description="seconds to wait for fresh neighbour models")
@@ -201,17 +203,34 @@ def format_errors(source: str, prefix: str, exc: ValidationError) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------ choices
+ComponentT = TypeVar("ComponentT", bound=Component[Any])
+
+
+def create(
+    kind: type[ComponentT], component: type[Component[Any]], options: ComponentOptions, *args: Any
+) -> ComponentT:
+    """``component(options, *args)``, checked to be a ``kind`` (a registry only checks the kind's name)."""
+    instance = component(options, *args)
+    if not isinstance(instance, kind):
+        raise TypeError(f"{component.__qualname__} is registered as a {kind.__name__} but does not subclass it")
+    return instance
+
+
 @dataclass(frozen=True)
 class Choice:
     """A validated component choice: the class, its options, and where it sits in the recipe."""
 
     path: str
-    component: type[Component]
-    options: Options
+    component: type[Component[Any]]
+    options: ComponentOptions
 
     @property
     def name(self) -> str:
         return self.component.name
+
+    def create(self, kind: type[ComponentT], *args: Any) -> ComponentT:
+        """The chosen component with its options (``args`` follow them: a problem's context)."""
+        return create(kind, self.component, self.options, *args)
 
 
 def resolve_choice(
@@ -251,10 +270,10 @@ def resolve_choice(
     return Choice(path, component, options)
 
 
-def build_nested(registries: Registries, kind: str, ref: ComponentRef) -> tuple[type[Component], Options]:
-    """Class and options for a nested reference (already validated with the recipe)."""
-    component = registries[kind].get(ref.use)
-    return component, component.Options.model_validate(ref.settings)
+def build_nested(registries: Registries, kind: type[ComponentT], ref: ComponentRef) -> ComponentT:
+    """The component a nested reference names, with its options (already validated with the recipe)."""
+    component = registries[kind.kind].get(ref.use)
+    return create(kind, component, component.Options.model_validate(ref.settings))
 
 
 # ------------------------------------------------------------------------------------------ the recipe
@@ -334,7 +353,7 @@ def validate(data: dict[str, Any], registries: Registries, *, path: Path = Path(
     for key in data:
         if key not in known:
             errors.append(f"{source}: {key}: unknown table (known: {', '.join(sorted(known))})")
-    fixed: dict[str, _Table] = {}
+    fixed: dict[str, Any] = {}  # table -> its section model
     for table, model in FIXED_TABLES.items():
         try:
             fixed[table] = model.model_validate(data.get(table, {}))
@@ -354,7 +373,7 @@ def validate(data: dict[str, Any], registries: Registries, *, path: Path = Path(
             choices[table] = choice
     transport = fixed["exchange"].transport if "exchange" in fixed else None
     if transport is not None:
-        options = fixed["exchange"].options  # type: ignore[attr-defined]
+        options = fixed["exchange"].options
         resolve_choice(
             registries,
             "transport",
@@ -369,10 +388,10 @@ def validate(data: dict[str, Any], registries: Registries, *, path: Path = Path(
     return Recipe(
         path=path,
         data=data,
-        run=fixed["run"],  # type: ignore[arg-type]
-        population=fixed["population"],  # type: ignore[arg-type]
-        mixture=fixed["mixture"],  # type: ignore[arg-type]
-        exchange=fixed["exchange"],  # type: ignore[arg-type]
+        run=fixed["run"],
+        population=fixed["population"],
+        mixture=fixed["mixture"],
+        exchange=fixed["exchange"],
         choices=choices,
     )
 
@@ -390,7 +409,7 @@ def transport_choice(recipe: Recipe, registries: Registries, *, processes: int) 
     connectable = processes > 1
     registry, source = registries["transport"], str(recipe.path)
 
-    def fits(component: type[Component]) -> bool:
+    def fits(component: type[Component[Any]]) -> bool:
         return issubclass(component, ConnectableTransport) == connectable
 
     where = "run.workers > 1" if connectable else "one process"

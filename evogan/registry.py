@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from evogan.api import KINDS
 from evogan.errors import ComponentConflictError, UserError
 
 if TYPE_CHECKING:
@@ -14,26 +16,14 @@ if TYPE_CHECKING:
 
     from evogan.api import Component
 
-# kind -> the registration hook that fills it. The order is the order `evogan components` prints.
-KIND_HOOKS: dict[str, str] = {
-    "topology": "evogan_register_topologies",
-    "selection": "evogan_register_selections",
-    "mutation": "evogan_register_mutations",
-    "sparsity": "evogan_register_sparsity_controllers",
-    "problem": "evogan_register_problems",
-    "dataset": "evogan_register_datasets",
-    "network": "evogan_register_networks",
-    "loss": "evogan_register_losses",
-    "metric": "evogan_register_metrics",
-    "transport": "evogan_register_transports",
-    "pairing": "evogan_register_pairings",
-}
+# kind -> the registration hook that fills it (from evogan.api.KINDS, in the order `evogan components` prints).
+KIND_HOOKS: dict[str, str] = {base.kind: base.hook for base in KINDS}
 
 
 @dataclass(frozen=True)
 class Entry:
     name: str
-    component: type[Component]
+    component: type[Component[Any]]
     plugin: str
 
 
@@ -44,7 +34,7 @@ class Registry:
     kind: str
     entries: dict[str, Entry] = field(default_factory=dict)
 
-    def add(self, component: type[Component], plugin: str) -> None:
+    def add(self, component: type[Component[Any]], plugin: str) -> None:
         name = getattr(component, "name", None)
         if not isinstance(name, str) or not name:
             raise ComponentConflictError(
@@ -75,11 +65,11 @@ class Registry:
             )
         self.entries[name] = Entry(name, component, plugin)
 
-    def default(self) -> type[Component] | None:
+    def default(self) -> type[Component[Any]] | None:
         """The component a recipe gets when it leaves this kind's optional table out, if any."""
         return next((e.component for e in self.entries.values() if getattr(e.component, "default", False)), None)
 
-    def get(self, name: str, *, key: str | None = None) -> type[Component]:
+    def get(self, name: str, *, key: str | None = None) -> type[Component[Any]]:
         """The component called ``name``; an unknown name is a ``UserError`` listing what exists."""
         try:
             return self.entries[name].component
@@ -114,8 +104,7 @@ class Registries:
             registry = registries[kind]
             # Oldest registration first, so a conflict names the built-in as the first provider.
             for impl in getattr(pm.hook, hook_name).get_hookimpls():
-                register: Callable[[Any], None] = lambda c, _r=registry, _p=impl.plugin_name: _r.add(c, _p)  # noqa: E731
-                impl.function(register=register)
+                impl.function(register=partial(registry.add, plugin=impl.plugin_name))
         return registries
 
 

@@ -268,15 +268,12 @@ def test_components_lists_the_pairings() -> None:
 
 # ------------------------------------------------------------------------------------------ recording
 def _record(target: Path) -> None:
-    sys.path.insert(0, str(HERE))
-    from conftest import TINY
+    from evogan.testing import write_tiny_recipe
 
     torch.set_num_threads(1)
     out = {}
     for name, overrides in RECORDED_CASES.items():
-        tmp = Path(tempfile.mkdtemp())
-        path = tmp / "tiny.toml"
-        path.write_text(TINY.format(seed=7, generations=2, rows=2, cols=2, output=tmp / "runs"))
+        path = write_tiny_recipe(Path(tempfile.mkdtemp()), seed=7, generations=2)
         out[name] = records(run(path, *overrides))
     target.write_text(json.dumps(out, indent=1) + "\n")
 

@@ -99,11 +99,26 @@ def test_every_hookspec_is_documented() -> None:
     from evogan import hookspecs
 
     contributing = (ROOT / "CONTRIBUTING.md").read_text()
+    reference = (ROOT / "docs" / "reference.md").read_text()
     for name in dir(hookspecs):
         if name.startswith("evogan_"):
             assert getattr(hookspecs, name).__doc__, name
-            assert f"`{name}(" in contributing, f"{name} is missing from CONTRIBUTING.md"
-    assert set(KIND_HOOKS.values()) <= {n for n in dir(hookspecs) if n.startswith("evogan_register")}
+            where = reference if name.startswith("evogan_register_") else contributing
+            assert f"`{name}(" in where, f"{name} is missing from CONTRIBUTING.md (registration: reference.md)"
+
+
+def test_every_kind_follows_from_its_base_class() -> None:
+    """api.KINDS is the one list of kinds: registry, registration hookspecs and docs follow from it."""
+    from evogan import hookspecs
+    from evogan.api import KINDS, Component
+
+    assert list(KIND_HOOKS) == [base.kind for base in KINDS]
+    assert set(KIND_HOOKS.values()) == {n for n in dir(hookspecs) if n.startswith("evogan_register")}
+    pm = make_plugin_manager(autoload=False)
+    for base in KINDS:
+        assert issubclass(base, Component) and base.__doc__, base
+        assert getattr(pm.hook, base.hook).spec.argnames == ("register",)
+        assert f"evogan.api.{base.__name__}" in getattr(hookspecs, base.hook).__doc__
 
 
 # Built-in names that are also ordinary words in a module outside builtin/, each with what it means there.

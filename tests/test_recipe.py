@@ -75,7 +75,7 @@ def test_wrong_type_says_what_it_got(tiny_recipe, registries: Registries) -> Non
 def test_unknown_component_lists_the_available_ones(tiny_recipe, registries: Registries) -> None:
     (line,) = errors_for(tiny_recipe, registries, 'selection.use="tournamnet"')
     assert "unknown selection 'tournamnet'" in line
-    assert "did you mean 'tournament'" in line and "available: linear_rank, " in line
+    assert "did you mean 'tournament'" in line and "available: deap, linear_rank, " in line
 
 
 def test_missing_required_table(tmp_path: Path, registries: Registries) -> None:

@@ -8,9 +8,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from evogan import hookimpl
+from evogan.engine.run import Driver
 from evogan.engine.rundir import RunDirectory
 from evogan.errors import UserError
 from evogan.runtime.single import prepare, run_in_process
+from evogan.testing import registered
 
 
 def run(path: Path, *overrides: str, stop_after: int | None = None) -> Path:
@@ -86,6 +89,32 @@ def test_resume_truncates_records_newer_than_the_checkpoint(tiny_recipe) -> None
             (run_dir / "checkpoints" / f"cell-{cell:04d}-g000003{suffix}").unlink()
     run_in_process(prepare(None, resume_dir=run_dir, overrides=["run.generations=4"]))
     assert metrics(run_dir) == metrics(straight)
+
+
+def test_each_cells_logbook_is_the_record_the_file_and_the_hook_get(tiny_recipe, monkeypatch) -> None:
+    drivers: list[Driver] = []
+
+    class KeptDriver(Driver):
+        def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+            super().__init__(*args, **kwargs)
+            drivers.append(self)
+
+    class Listener:
+        heard: list[dict] = []
+
+        @hookimpl
+        def evogan_generation_end(self, record) -> None:  # type: ignore[no-untyped-def]
+            self.heard.append({k: v for k, v in record.items() if k != "timings"})
+
+    monkeypatch.setattr("evogan.runtime.single.Driver", KeptDriver)
+    path = tiny_recipe(seed=3, generations=4)
+    with registered(Listener()):
+        run_dir = run(path, stop_after=3)  # stops after generation 3, then resumes for the 4th
+        run_in_process(prepare(None, resume_dir=run_dir))
+    lines = metrics(run_dir)
+    assert json.loads(json.dumps(Listener.heard)) == lines and len(lines) == 16
+    for cell in drivers[-1].cells:  # the resumed driver's logbooks hold the whole run, read back on resume
+        assert json.loads(json.dumps(list(cell.logbook))) == [r for r in lines if r["cell"] == cell.index]
 
 
 def test_resume_refuses_a_changed_recipe(tiny_recipe) -> None:

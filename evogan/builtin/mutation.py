@@ -9,11 +9,11 @@ from typing import ClassVar
 import numpy as np
 from pydantic import Field
 
-from evogan.api import Mutation, Options
-from evogan.hookspecs import hookimpl
+from evogan.api import ComponentOptions, Mutation
+from evogan.hookspecs import Register, hookimpl
 
 
-class GaussianLearningRate(Mutation):
+class GaussianLearningRate(Mutation["GaussianLearningRate.Options"]):
     """Lipizzaner's learning-rate mutation (Schmiedlechner et al. 2018).
 
     With probability ``probability``: ``delta ~ N(-lr0/10, lr0)`` and ``lr = max(0, lr + alpha * delta)``,
@@ -24,7 +24,7 @@ class GaussianLearningRate(Mutation):
     name: ClassVar[str] = "gaussian_lr"
     description: ClassVar[str] = "Lipizzaner's additive Gaussian learning-rate mutation"
 
-    class Options(Options):
+    class Options(ComponentOptions):
         probability: float = Field(0.5, ge=0, le=1, description="chance that a step mutates the rate")
         alpha: float = Field(1e-4, ge=0, description="scale of the Gaussian step")
         initial_lr: float | None = Field(None, gt=0, description="lr0; default: the problem's learning rate")
@@ -38,14 +38,14 @@ class GaussianLearningRate(Mutation):
         return out
 
 
-class LogNormalLearningRate(Mutation):
+class LogNormalLearningRate(Mutation["LogNormalLearningRate.Options"]):
     """Multiplicative mutation ``lr *= exp(sigma * N(0, 1))``, clipped to ``[min_lr, max_lr]``: a real
     search over scales, unlike the additive rule."""
 
     name: ClassVar[str] = "lognormal_lr"
     description: ClassVar[str] = "multiplicative log-normal learning-rate mutation"
 
-    class Options(Options):
+    class Options(ComponentOptions):
         probability: float = Field(0.01, ge=0, le=1, description="chance that a step mutates the rate")
         sigma: float = Field(0.1, gt=0, description="standard deviation of log(lr) per mutation")
         min_lr: float = Field(1e-6, gt=0, description="lower clip")
@@ -59,7 +59,7 @@ class LogNormalLearningRate(Mutation):
         return out
 
 
-class NoMutation(Mutation):
+class NoMutation(Mutation[ComponentOptions]):
     """Leaves hyper-parameters alone."""
 
     name: ClassVar[str] = "none"
@@ -70,7 +70,7 @@ class NoMutation(Mutation):
 
 
 @hookimpl
-def evogan_register_mutations(register):  # type: ignore[no-untyped-def]
+def evogan_register_mutations(register: Register) -> None:
     register(GaussianLearningRate)
     register(LogNormalLearningRate)
     register(NoMutation)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 import numpy as np
 
 from evogan.api import Faced, Opponents, Pairing
-from evogan.hookspecs import hookimpl
+from evogan.hookspecs import Register, hookimpl
 
 if TYPE_CHECKING:
     from evogan.individual import Individual
@@ -98,6 +98,6 @@ class GeneratorMixture(Pairing):
 
 
 @hookimpl
-def evogan_register_pairings(register):  # type: ignore[no-untyped-def]
+def evogan_register_pairings(register: Register) -> None:
     for pairing in (Reference, OwnPair, GeneratorNeighbourhood, GeneratorMixture):
         register(pairing)

@@ -8,14 +8,14 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 from pydantic import Field
 
-from evogan.api import Options, Selection
-from evogan.hookspecs import hookimpl
+from evogan.api import ComponentOptions, Selection
+from evogan.hookspecs import Register, hookimpl
 
 if TYPE_CHECKING:
     from evogan.individual import Individual
 
 
-class Tournament(Selection):
+class Tournament(Selection["Tournament.Options"]):
     """Tournament selection as in Lipizzaner: for each of ``k`` winners, draw ``size`` contestants
     *without* replacement and keep the lowest loss (Miller and Goldberg 1995).
 
@@ -26,7 +26,7 @@ class Tournament(Selection):
     name: ClassVar[str] = "tournament"
     description: ClassVar[str] = "k tournaments of `size` contestants drawn without replacement"
 
-    class Options(Options):
+    class Options(ComponentOptions):
         size: int = Field(2, ge=1, description="contestants per tournament")
 
     def select(
@@ -41,7 +41,7 @@ class Tournament(Selection):
         return winners
 
 
-class Best(Selection):
+class Best(Selection[ComponentOptions]):
     """Truncation: the ``k`` lowest losses (deterministic; ties keep population order)."""
 
     name: ClassVar[str] = "truncation"
@@ -55,6 +55,6 @@ class Best(Selection):
 
 
 @hookimpl
-def evogan_register_selections(register):  # type: ignore[no-untyped-def]
+def evogan_register_selections(register: Register) -> None:
     register(Tournament)
     register(Best)

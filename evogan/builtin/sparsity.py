@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar
 
-from evogan.api import GeneratorStep, Options, Problem, SparsityController
+from evogan.api import ComponentOptions, GeneratorStep, Problem, SparsityController
 from evogan.hookspecs import Register, hookimpl
 from evogan.sparse import validate_sparse_state
 from evogan.sparse.controller import (
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from evogan.individual import Individual
 
 
-class Dense(SparsityController):
+class Dense(SparsityController[ComponentOptions]):
     """No masks, no state, no work: the default."""
 
     name: ClassVar[str] = "dense"
@@ -56,27 +56,27 @@ class Dense(SparsityController):
 class Static(MaskedController):
     name: ClassVar[str] = "static"
     description: ClassVar[str] = "fixed ERK masks for G and D (the Static baseline)"
-    Options: ClassVar[type[Options]] = StaticOptions
+    Options: ClassVar[type[StaticOptions]] = StaticOptions
 
 
 class Set(MaskedController):
     name: ClassVar[str] = "set"
     description: ClassVar[str] = "G dynamic sparse training with random regrowth (SDST-SET), D static"
-    Options: ClassVar[type[Options]] = DstOptions
+    Options: ClassVar[type[StaticOptions]] = DstOptions
     g_growth = "random"
 
 
 class RigL(MaskedController):
     name: ClassVar[str] = "rigl"
     description: ClassVar[str] = "G dynamic sparse training with gradient regrowth (SDST-RigL), D static"
-    Options: ClassVar[type[Options]] = DstOptions
+    Options: ClassVar[type[StaticOptions]] = DstOptions
     g_growth = "gradient"
 
 
 class AdaptRelax(MaskedController):
     name: ClassVar[str] = "adapt-relax"
     description: ClassVar[str] = "ADAPT: G RigL + D density driven by the balance ratio, up to 100 %"
-    Options: ClassVar[type[Options]] = AdaptOptions
+    Options: ClassVar[type[StaticOptions]] = AdaptOptions
     g_growth = "gradient"
     adapt = True
 
@@ -84,7 +84,7 @@ class AdaptRelax(MaskedController):
 class AdaptStrict(MaskedController):
     name: ClassVar[str] = "adapt-strict"
     description: ClassVar[str] = "ADAPT strict: D density capped (50 %); at the cap a weak D gets a DST step"
-    Options: ClassVar[type[Options]] = AdaptStrictOptions
+    Options: ClassVar[type[StaticOptions]] = AdaptStrictOptions
     g_growth = "gradient"
     adapt = True
     strict = True

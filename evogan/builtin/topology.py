@@ -6,8 +6,8 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from evogan.api import Options, Topology
-from evogan.hookspecs import hookimpl
+from evogan.api import ComponentOptions, Topology
+from evogan.hookspecs import Register, hookimpl
 
 OFFSETS = {
     "von_neumann": ((-1, 0), (1, 0), (0, -1), (0, 1)),
@@ -15,7 +15,7 @@ OFFSETS = {
 }
 
 
-class _GridOptions(Options):
+class GridOptions(ComponentOptions):
     rows: int = Field(2, ge=1, description="grid rows")
     cols: int = Field(2, ge=1, description="grid columns")
     neighbourhood: Literal["von_neumann", "moore"] = Field(
@@ -23,7 +23,7 @@ class _GridOptions(Options):
     )
 
 
-class Torus(Topology):
+class Torus(Topology[GridOptions]):
     """Cells on a rows x cols grid that wraps around both ways (Lipizzaner's topology).
 
     Cell ``r * cols + c`` sits at row ``r``, column ``c``; its neighbours are the distinct cells at the
@@ -33,7 +33,7 @@ class Torus(Topology):
     name: ClassVar[str] = "torus"
     description: ClassVar[str] = "toroidal grid, von Neumann or Moore neighbourhood"
     wraps: ClassVar[bool] = True
-    Options = _GridOptions
+    Options = GridOptions
 
     @property
     def cells(self) -> int:
@@ -65,13 +65,13 @@ class Grid(Torus):
     wraps: ClassVar[bool] = False
 
 
-class Ring(Topology):
+class Ring(Topology["Ring.Options"]):
     """Cells on a ring; each pulls from the cells within ``radius`` steps (Lipi-Ring)."""
 
     name: ClassVar[str] = "ring"
     description: ClassVar[str] = "ring of cells, neighbours within a radius"
 
-    class Options(Options):
+    class Options(ComponentOptions):
         cells: int = Field(4, ge=1, description="number of cells")
         radius: int = Field(1, ge=1, description="neighbours on each side")
 
@@ -90,7 +90,7 @@ class Ring(Topology):
 
 
 @hookimpl
-def evogan_register_topologies(register):  # type: ignore[no-untyped-def]
+def evogan_register_topologies(register: Register) -> None:
     register(Torus)
     register(Grid)
     register(Ring)

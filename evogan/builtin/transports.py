@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from evogan.hookspecs import hookimpl
+from evogan.hookspecs import Register, hookimpl
 from evogan.transport.inproc import InProcessTransport
 from evogan.transport.zmq import ZmqTransport
 
 
 @hookimpl
-def evogan_register_transports(register):  # type: ignore[no-untyped-def]
+def evogan_register_transports(register: Register) -> None:
     register(InProcessTransport)
     register(ZmqTransport)

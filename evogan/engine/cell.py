@@ -1,7 +1,8 @@
 """One cell of the grid and its Lipizzaner generation: gather, evaluate, select, train, replace, mix.
 
-The cell speaks to its components only through the base classes of :mod:`evogan.api`; a DEAP Toolbox
-holds the chosen selection and mutation operators, and DEAP's Statistics summarise the neighbourhood.
+The cell speaks to its components only through the base classes of :mod:`evogan.api`. DEAP's Statistics
+summarise the neighbourhood, and the cell's DEAP Logbook holds one record per generation: the record
+``metrics.jsonl``, the reporter and ``evogan_generation_end`` receive.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from deap import base, tools
+from deap import tools
 
 from evogan.api import (
     ROLES,
@@ -91,13 +92,10 @@ class Cell:
         self.foreign: dict[int, dict[Role, Individual]] = {}
         self.mixture: dict[int, float] = {}
         self.exchange = ExchangeLog()
-        self.toolbox = base.Toolbox()
-        self.toolbox.register("select", settings.selection.select)
-        self.toolbox.register("mutate", settings.mutation.mutate)
         self.statistics = tools.Statistics(key=lambda ind: ind.fitness.loss)
         for name, function in (("min", np.min), ("avg", np.mean), ("max", np.max)):
             self.statistics.register(name, function)
-        self.logbook = tools.Logbook()
+        self.logbook = tools.Logbook()  # this cell's records, one per generation (see _record)
         self.codec = Codec(
             index,
             run_id=settings.run_id,
@@ -267,8 +265,8 @@ class Cell:
         foreign = [slots[role] for peer, slots in sorted(self.foreign.items()) if peer in self.neighbours]
         return self.population(role) + foreign
 
-    def step(self) -> tuple[dict[str, Any], dict[str, float]]:
-        """Run one generation; return the metrics record and the per-phase timings (seconds)."""
+    def step(self) -> dict[str, float]:
+        """Run one generation, append its record to :attr:`logbook`; return the per-phase timings (seconds)."""
         self.generation += 1
         settings, problem = self.settings, self.problem
         population = settings.recipe.population
@@ -288,10 +286,10 @@ class Cell:
         self.evaluate(all_g, all_d, real, rnd)
         lap("fitness")
 
-        clone = problem.make_optimizer
+        clone, select = problem.make_optimizer, settings.selection.select
         if population.selection:
-            new_g = [ind.clone(clone) for ind in self.toolbox.select(all_g, population.size, rng=rnd.numpy)]
-            new_d = [ind.clone(clone) for ind in self.toolbox.select(all_d, population.size, rng=rnd.numpy)]
+            new_g = [ind.clone(clone) for ind in select(all_g, population.size, rng=rnd.numpy)]
+            new_d = [ind.clone(clone) for ind in select(all_d, population.size, rng=rnd.numpy)]
             for ind in (*new_g, *new_d):
                 ind.origin = self.index
             g_opponents, d_opponents = new_d, new_g
@@ -322,8 +320,8 @@ class Cell:
         mixture_metrics = self._evolve_mixture(rnd)
         lap("mixture")
 
-        record = self._record(all_g, all_d, replaced, mixture_metrics)
-        return record, timings
+        self._record(all_g, all_d, replaced, mixture_metrics)
+        return timings
 
     def _train(
         self,
@@ -336,7 +334,7 @@ class Cell:
         """Train ``gens`` and ``discs`` on one generation's batches; the pairing picks, step by step,
         whom they face among their own live opponents and ``g_opponents`` / ``d_opponents``."""
         problem, sparsity, numpy_rng = self.problem, self.settings.sparsity, rnd.numpy
-        pairing = self.settings.pairing
+        pairing, mutate = self.settings.pairing, self.settings.mutation.mutate
         for_g = Opponents(own=discs, neighbourhood=g_opponents, weights=self._cell_weights(g_opponents))
         for_d = Opponents(own=gens, neighbourhood=d_opponents, weights=self._cell_weights(d_opponents))
         for step, real in enumerate(self._batches(rnd)):
@@ -346,7 +344,7 @@ class Cell:
                 # One opponent keeps the plain call (and its exact arithmetic); several are weighted.
                 defence = principal.network if len(faced) == 1 else [(d.network, w) for d, w in faced]
                 for g in gens:
-                    g.set_hyper(self.toolbox.mutate(g.hyper, rng=numpy_rng))
+                    g.set_hyper(mutate(g.hyper, rng=numpy_rng))
                     info = problem.generator_step(g, defence, real, generator=rnd.torch)
                     info.step = step
                     if sparsity is not None:
@@ -355,7 +353,7 @@ class Cell:
                 continue
             defender = pairing.discriminator_opponent(for_d, rng=numpy_rng)
             for d in discs:
-                d.set_hyper(self.toolbox.mutate(d.hyper, rng=numpy_rng))
+                d.set_hyper(mutate(d.hyper, rng=numpy_rng))
                 problem.discriminator_step(d, defender.network, real, generator=rnd.torch)
                 if sparsity is not None:
                     sparsity.after_discriminator_step(d)
@@ -397,8 +395,8 @@ class Cell:
         always = self.settings.recipe.population.replacement == "always"
         self.evaluate([*new_g, *self.generators], all_d, real, rnd, score=("generator",))
         self.evaluate(all_g, [*new_d, *self.discriminators], real, rnd, score=("discriminator",))
-        replaced = {}
-        for role, offspring in (("generator", new_g), ("discriminator", new_d)):
+        replaced: dict[str, bool] = {}
+        for role, offspring in zip(ROLES, (new_g, new_d), strict=True):
             local = self.population(role)
             best_new = min(offspring, key=lambda ind: ind.fitness.loss)
             worst = max(range(len(local)), key=lambda i: local[i].fitness.loss)
@@ -454,11 +452,12 @@ class Cell:
         all_d: Sequence[Individual],
         replaced: Mapping[str, bool],
         mixture_metrics: Mapping[str, float],
-    ) -> dict[str, Any]:
+    ) -> None:
+        """Append the generation's record to the logbook. Appended whole: ``Logbook.record`` would move
+        each nested table (neighbourhood statistics, mixture, staleness...) into a chapter of its own."""
         best_g, best_d = self.best("generator"), self.best("discriminator")
         stats = self.statistics.compile(list(all_g))
         d_stats = self.statistics.compile(list(all_d))
-        self.logbook.record(gen=self.generation, g=stats, d=d_stats)
         record: dict[str, Any] = {
             "cell": self.index,
             "generation": self.generation,
@@ -482,7 +481,7 @@ class Cell:
         }
         if self.settings.sparsity is not None:
             record["sparsity"] = self.settings.sparsity.metrics(best_g, best_d)
-        return record
+        self.logbook.append(record)
 
     # -------------------------------------------------------------------------------- checkpoints
     def state(self) -> dict[str, Any]:
@@ -500,7 +499,7 @@ class Cell:
 
     def load_state(self, state: Mapping[str, Any]) -> None:
         generator = torch.Generator().manual_seed(0)  # weights come from the checkpoint
-        for role, key in (("generator", "generators"), ("discriminator", "discriminators")):
+        for role, key in zip(ROLES, ("generators", "discriminators"), strict=True):
             individuals = [
                 Individual.from_state(
                     entry, self.problem.create(role, generator=generator), self.problem.make_optimizer

@@ -16,7 +16,17 @@ from typing import Any
 import pluggy
 import torch
 
-from evogan.api import ROLES, Problem, ProblemContext, SparsityController, Topology, Transport
+from evogan.api import (
+    ROLES,
+    Mutation,
+    Pairing,
+    Problem,
+    ProblemContext,
+    Selection,
+    SparsityController,
+    Topology,
+    Transport,
+)
 from evogan.engine.cell import Cell, CellSettings
 from evogan.engine.lockstep import Pause, run_in_turns
 from evogan.engine.rundir import RunDirectory, writing
@@ -58,8 +68,7 @@ def pick_device(setting: str, local_rank: int = 0) -> torch.device:
 
 
 def build_topology(recipe: Recipe) -> Topology:
-    choice = recipe.choices["topology"]
-    return choice.component(choice.options)  # type: ignore[call-arg]
+    return recipe.choices["topology"].create(Topology)
 
 
 def build_settings(
@@ -74,22 +83,21 @@ def build_settings(
         run_dir=run_dir.path if run_dir else None,
         recipe_path=recipe.path,
     )
-    problem_choice = choices["problem"]
-    problem: Problem = problem_choice.component(problem_choice.options, context)  # type: ignore[call-arg]
+    problem = choices["problem"].create(Problem, context)
     problem.setup()
     sparsity: SparsityController | None = None
     if "sparsity" in choices:
-        sparsity = choices["sparsity"].component(choices["sparsity"].options)  # type: ignore[assignment]
+        sparsity = choices["sparsity"].create(SparsityController)
     if "pairing" not in choices:  # no [pairing] table and no registered default (its plugin blocked)
         raise UserError(f"{recipe.path}: pairing: required table is missing (no default pairing registered)")
     return CellSettings(
         recipe=recipe,
         problem=problem,
-        selection=choices["selection"].component(choices["selection"].options),  # type: ignore[arg-type]
-        mutation=choices["mutation"].component(choices["mutation"].options),  # type: ignore[arg-type]
+        selection=choices["selection"].create(Selection),
+        mutation=choices["mutation"].create(Mutation),
         sparsity=sparsity,
         run_id=run_dir.run_id if run_dir else "run",
-        pairing=choices["pairing"].component(choices["pairing"].options),  # type: ignore[arg-type]
+        pairing=choices["pairing"].create(Pairing),
     )
 
 
@@ -136,6 +144,11 @@ class Driver:
                 cell.load_state(state)
                 self.run_dir.discard_checkpoints_after(cell.index, cell.generation)  # an abandoned timeline
             self.run_dir.truncate_records({cell.index: cell.generation for cell in self.cells})
+            history = self.run_dir.read_metrics()
+            for cell in self.cells:  # each logbook holds its cell's whole run, as an unbroken run's would
+                cell.logbook.extend(
+                    r for r in history if r["cell"] == cell.index and r["generation"] <= cell.generation
+                )
         else:
             for cell in self.cells:
                 cell.initialise()
@@ -244,9 +257,10 @@ class Driver:
         if pause is not None:
             cell.between_batches = lambda batches: self._exchange_inside(cell, batches, pause, spent)
         try:
-            record, timings = cell.step()
+            timings = cell.step()
         finally:
             cell.between_batches = None
+        record = cell.logbook[-1]  # the generation's record: metrics.jsonl, the log and the hook get it
         started = time.perf_counter()
         self.transport.publish(cell.index, cell.message())
         timings["exchange"] = exchange_seconds + spent[0] + time.perf_counter() - started

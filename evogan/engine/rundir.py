@@ -25,6 +25,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,10 @@ METRICS_FILE = "metrics.jsonl"
 TIMINGS_FILE = "timings.jsonl"
 SUMMARY_FILE = "summary.json"
 RECORDS_LOCK = ".records.lock"
+
+
+def _write_lines(lines: Sequence[str], handle: Any) -> None:
+    handle.writelines(lines)
 
 
 def atomic_write(path: Path, write: Callable[[Any], None], *, binary: bool = True) -> None:
@@ -193,7 +198,7 @@ class RunDirectory:
                     if cell not in keep_upto or record["generation"] <= keep_upto[cell]:
                         kept.append(line + "\n")
                 with writing(path):
-                    atomic_write(path, lambda f, kept=kept: f.writelines(kept), binary=False)
+                    atomic_write(path, partial(_write_lines, kept), binary=False)
 
     # -------------------------------------------------------------------------------- checkpoints
     def checkpoint_path(self, cell: int, generation: int) -> Path:

@@ -75,8 +75,7 @@ def run_in_process(prepared: PreparedRun, *, stop: Callable[[], bool] = lambda: 
     device = pick_device(recipe.run.device)
     settings = build_settings(recipe, prepared.registries, prepared.run_dir, device)
     topology = build_topology(recipe)
-    choice = recipes.transport_choice(recipe, prepared.registries, processes=1)
-    transport: Transport = choice.component(choice.options)  # type: ignore[assignment]
+    transport = recipes.transport_choice(recipe, prepared.registries, processes=1).create(Transport)
     driver = Driver(
         recipe,
         prepared.pm,

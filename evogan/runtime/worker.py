@@ -58,10 +58,7 @@ from evogan.runtime.watchdog import Progress, progress_path, start_watchdog
 
 
 def make_transport(recipe: recipes.Recipe, registries: Registries, world: int) -> ConnectableTransport:
-    choice = recipes.transport_choice(recipe, registries, processes=max(2, world))
-    transport = choice.component(choice.options)
-    assert isinstance(transport, ConnectableTransport)  # transport_choice checked the class
-    return transport
+    return recipes.transport_choice(recipe, registries, processes=max(2, world)).create(ConnectableTransport)
 
 
 # ------------------------------------------------------------------------------------ the driver

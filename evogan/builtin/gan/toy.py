@@ -7,13 +7,13 @@ mode-collapse benchmarks (Metz et al. 2017; Srivastava et al. 2017, VEEGAN).
 from __future__ import annotations
 
 import math
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, TypeVar
 
 import torch
 from pydantic import Field
 from torch import nn
 
-from evogan.api import Dataset, DataSource, Metric, Networks, Options, Role
+from evogan.api import ComponentOptions, Dataset, DataSource, Metric, Networks, Role
 from evogan.builtin.gan.data import TensorSource
 from evogan.errors import UserError
 
@@ -27,14 +27,17 @@ class MixtureSource(TensorSource):
         self.std = std
 
 
-class _MixtureOptions(Options):
+class MixtureOptions(ComponentOptions):
     samples: int = Field(10_000, ge=1, description="real samples drawn once for the run")
     std: float = Field(0.02, gt=0, description="standard deviation of each mode")
     seed: int = Field(0, ge=0, description="seed of the real data (independent of the run's seed)")
 
 
-class _Mixture(Dataset):
-    Options = _MixtureOptions
+MixtureOptionsT = TypeVar("MixtureOptionsT", bound=MixtureOptions)
+
+
+class _Mixture(Dataset[MixtureOptionsT]):
+    Options = MixtureOptions
 
     def centres(self) -> torch.Tensor:
         raise NotImplementedError
@@ -48,13 +51,13 @@ class _Mixture(Dataset):
         return MixtureSource(samples.to(device), centres.to(device), self.options.std)
 
 
-class GaussianRing(_Mixture):
+class GaussianRing(_Mixture["GaussianRing.Options"]):
     """``modes`` Gaussians evenly spaced on a circle of ``radius``."""
 
     name: ClassVar[str] = "gaussian_ring"
     description: ClassVar[str] = "2-D mixture of Gaussians on a ring (8 modes)"
 
-    class Options(_MixtureOptions):
+    class Options(MixtureOptions):
         modes: int = Field(8, ge=1, description="number of modes")
         radius: float = Field(2.0, gt=0, description="ring radius")
 
@@ -63,13 +66,13 @@ class GaussianRing(_Mixture):
         return (self.options.radius * torch.stack([angles.cos(), angles.sin()], dim=1)).float()
 
 
-class GaussianGrid(_Mixture):
+class GaussianGrid(_Mixture["GaussianGrid.Options"]):
     """``side`` x ``side`` Gaussians on a square grid with ``spacing`` between modes, centred on 0."""
 
     name: ClassVar[str] = "gaussian_grid"
     description: ClassVar[str] = "2-D mixture of Gaussians on a grid (25 modes)"
 
-    class Options(_MixtureOptions):
+    class Options(MixtureOptions):
         side: int = Field(5, ge=1, description="modes per side")
         spacing: float = Field(2.0, gt=0, description="distance between neighbouring modes")
         std: float = Field(0.05, gt=0, description="standard deviation of each mode")
@@ -91,13 +94,13 @@ def init_linear(module: nn.Module, generator: torch.Generator) -> None:
                 layer.bias.uniform_(-bound, bound, generator=generator)
 
 
-class Mlp2d(Networks):
+class Mlp2d(Networks["Mlp2d.Options"]):
     """Lipizzaner's toy perceptrons: two hidden Tanh layers; D returns a logit."""
 
     name: ClassVar[str] = "mlp_2d"
     description: ClassVar[str] = "MLP pair for 2-D points (Lipizzaner's circular-problem perceptron)"
 
-    class Options(Options):
+    class Options(ComponentOptions):
         latent_size: int = Field(64, ge=1, description="noise dimension")
         hidden: int = Field(128, ge=1, description="units per hidden layer")
         activation: Literal["tanh", "leaky_relu"] = Field("tanh", description="hidden activation")
@@ -130,7 +133,7 @@ class Mlp2d(Networks):
         return network
 
 
-class ModeCoverage(Metric):
+class ModeCoverage(Metric["ModeCoverage.Options"]):
     """Modes covered and the fraction of high-quality samples (within ``3 std`` of a mode).
 
     A mode counts as covered when it holds at least ``coverage_fraction`` of the high-quality samples
@@ -144,7 +147,7 @@ class ModeCoverage(Metric):
     primary: ClassVar[str] = "tvd"
     lower_is_better: ClassVar[bool] = True
 
-    class Options(Options):
+    class Options(ComponentOptions):
         quality_std: float = Field(3.0, gt=0, description="high quality: within this many std of a mode")
         coverage_fraction: float = Field(0.2, gt=0, le=1, description="share of a mode's due that covers it")
 

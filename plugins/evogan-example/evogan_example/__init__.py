@@ -15,26 +15,35 @@ evogan's hooks; recipes pick them by name:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 from pydantic import Field
 
 from evogan import hookimpl
-from evogan.api import Options, Selection, Topology
+from evogan.api import ComponentOptions, Selection, Topology
+from evogan.hookspecs import Register
+
+if TYPE_CHECKING:
+    from evogan.individual import Individual
 
 
-class LinearRank(Selection):
+class LinearRank(Selection["LinearRank.Options"]):
     """Linear ranking selection (Baker 1985): the best of n is drawn with weight ``pressure``, the worst
-    with ``2 - pressure``, the rest in between, by rank rather than raw loss."""
+    with ``2 - pressure``, the rest in between, by rank rather than raw loss.
+
+    ``Selection["LinearRank.Options"]`` tells a type checker what ``self.options`` holds.
+    """
 
     name: ClassVar[str] = "linear_rank"
     description: ClassVar[str] = "linear ranking selection (example plugin)"
 
-    class Options(Options):
+    class Options(ComponentOptions):
         pressure: float = Field(1.5, ge=1.0, le=2.0, description="expected copies of the best individual")
 
-    def select(self, population: Sequence, k: int, *, rng: np.random.Generator) -> list:
+    def select(
+        self, population: Sequence[Individual], k: int, *, rng: np.random.Generator
+    ) -> list[Individual]:
         n = len(population)
         order = sorted(range(n), key=lambda i: (population[i].fitness.loss, i))  # best first
         if n == 1:
@@ -45,13 +54,13 @@ class LinearRank(Selection):
         return [population[order[p]] for p in picks]
 
 
-class Complete(Topology):
+class Complete(Topology["Complete.Options"]):
     """Every cell neighbours every other cell (a panmictic grid)."""
 
     name: ClassVar[str] = "complete"
     description: ClassVar[str] = "complete graph: every cell sees all others (example plugin)"
 
-    class Options(Options):
+    class Options(ComponentOptions):
         cells: int = Field(3, ge=1, description="number of cells")
 
     @property
@@ -66,10 +75,10 @@ class Complete(Topology):
 
 
 @hookimpl
-def evogan_register_selections(register):
+def evogan_register_selections(register: Register) -> None:
     register(LinearRank)
 
 
 @hookimpl
-def evogan_register_topologies(register):
+def evogan_register_topologies(register: Register) -> None:
     register(Complete)

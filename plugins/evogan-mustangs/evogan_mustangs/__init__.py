@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from pydantic import Field, field_validator
 
 from evogan import hookimpl
-from evogan.api import Loss, Options
+from evogan.api import ComponentOptions, Loss
 from evogan.hookspecs import Register
 
 LossName = Literal["bce", "mse", "heuristic"]
@@ -45,7 +45,7 @@ GENERATOR_LOSSES: dict[LossName, Callable[[torch.Tensor], torch.Tensor]] = {
 }
 
 
-class MustangsOptions(Options):
+class MustangsOptions(ComponentOptions):
     losses: tuple[LossName, ...] = Field(
         ALL_LOSSES, min_length=1, description="generator losses drawn from uniformly at each training step"
     )
@@ -58,13 +58,12 @@ class MustangsOptions(Options):
         return value
 
 
-class Mustangs(Loss):
+class Mustangs(Loss[MustangsOptions]):
     """A generator loss drawn uniformly from ``losses`` per step; BCE for fitness and for the discriminator."""
 
     name: ClassVar[str] = "mustangs"
     description: ClassVar[str] = "Mustangs: generator loss drawn per step from bce/mse/heuristic; BCE for D"
     Options: ClassVar[type[MustangsOptions]] = MustangsOptions
-    options: MustangsOptions
 
     def choose(self, generator: torch.Generator | None) -> LossName:
         """The loss for one call: a uniform draw from ``generator``, or ``bce`` without one (fitness)."""

@@ -1,8 +1,10 @@
-"""The evogan-mustangs plugin: found through its entry point, usable from a recipe, reproducible draws."""
+"""The evogan-mustangs plugin's own tests: found through its entry point, keeps the loss contract
+(evogan.testing), usable from a recipe, reproducible draws."""
 
 from __future__ import annotations
 
 import json
+import tomllib
 from collections import Counter
 from pathlib import Path
 
@@ -14,7 +16,7 @@ from click.testing import CliRunner
 from evogan.cli import _attach_commands, cli
 from evogan.plugins import make_plugin_manager
 from evogan.registry import Registries
-from evogan.runtime.single import prepare, run_in_process
+from evogan.testing import check_loss, check_options, run_tiny, write_tiny_recipe
 
 evogan_mustangs = pytest.importorskip(
     "evogan_mustangs", reason="install it: pip install --no-deps -e plugins/evogan-mustangs"
@@ -46,6 +48,13 @@ def test_options_default_to_all_three_and_reject_bad_lists() -> None:
     for bad in ([], ["bce", "bce"], ["wgan"]):
         with pytest.raises(pydantic.ValidationError):
             Mustangs.Options(losses=bad)
+    check_options(Mustangs, {"losses": ["mse", "bce"]}, invalid=[{"losses": []}, {"losses": ["wgan"]}])
+
+
+def test_keeps_the_loss_contract() -> None:
+    # Seeded draws, finite scalars, logits untouched, no global generator; BCE without a stream (fitness).
+    generator_loss, _ = check_loss(Mustangs, {"losses": ["mse", "heuristic"]}, seed=5)
+    assert torch.isfinite(generator_loss)
 
 
 def test_draws_are_uniform_reproducible_and_cover_all_three() -> None:
@@ -96,15 +105,11 @@ def test_every_loss_gives_finite_generator_gradients() -> None:
         assert x.grad is not None and bool(torch.isfinite(x.grad).all()) and float(x.grad.abs().sum()) > 0, name
 
 
-def test_usable_from_a_recipe_in_a_tiny_run(tiny_recipe, tmp_path: Path) -> None:
+def test_usable_from_a_recipe_in_a_tiny_run(tmp_path: Path) -> None:
     extra = '\n[problem.loss]\nuse = "mustangs"\nlosses = ["bce", "mse", "heuristic"]\n'
-    path = tiny_recipe(generations=2, rows=1, cols=1, extra=extra)
-    runs = []
-    for _ in range(2):
-        prepared = prepare(path)
-        assert prepared.recipe.data["problem"]["loss"]["use"] == "mustangs"
-        run_in_process(prepared)
-        runs.append(prepared.run_dir.path)
+    path = write_tiny_recipe(tmp_path, generations=2, rows=1, cols=1, extra=extra)
+    runs = [run_tiny(path), run_tiny(path)]
+    assert tomllib.loads((runs[0] / "recipe.toml").read_text())["problem"]["loss"]["use"] == "mustangs"
     summary = json.loads((runs[0] / "summary.json").read_text())
     assert summary["generations"] == 2 and set(summary["cells"]) == {"0"}
     assert (runs[0] / "metrics.jsonl").read_bytes() == (runs[1] / "metrics.jsonl").read_bytes()
