@@ -3,9 +3,9 @@
 1x1, 2x2 and 3x3 tori with the demo recipe's settings (``recipes/demo.toml``), the same number of
 generations and batches for every grid, several seeds. For each run: the best cell's mixture ensemble and
 the best single cell's generator (lowest classifier FID over all cells, from ``summary.json``), both scored
-on 1,000 samples by the project's MNIST classifier (FID on its 50-d features, TVD of its class histogram),
-and the run's wall time. Cells run one after another in this process on ``--threads`` torch threads, so
-wall time grows with the number of cells.
+on the recipe's ``score_samples`` (500) by the project's MNIST classifier (FID on its 50-d features, TVD of
+its class histogram), and the run's wall time. Cells run one after another in this process on
+``--threads`` torch threads, so wall time grows with the number of cells.
 
     .venv/bin/python benchmarks/grid_size.py                        # 5 generations x 40 batches, seeds 1-3
     .venv/bin/python benchmarks/grid_size.py --generations 2 --batches 5 --seeds 1 --sides 1 2   # smoke
