@@ -274,6 +274,7 @@ def test_resume_restores_the_calibration_state_exactly(tiny_recipe) -> None:
         ('{use="adapt-relax", band="auto", band_warmup=100}', "band_warmup (100) must be at least da_iters"),
         ('{use="adapt-strict", band_width=0}', "sparsity.band_width: "),
         ('{use="adapt-relax", band_min_width=-1}', "sparsity.band_min_width: "),
+        ('{use="adapt-relax", g_mask="frozen"}', "sparsity.g_mask: "),
         ('{use="rigl", sema=1.0}', "sparsity.sema: "),
         ('{use="static", sema=-0.1}', "sparsity.sema: "),
     ],

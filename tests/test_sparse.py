@@ -573,6 +573,7 @@ def test_registration_names() -> None:
         (builtin.RigL, {"g_interval": 0}, "g_interval"),
         (builtin.AdaptRelax, {"br_lower": 0.6, "br_upper": 0.6}, "br_lower"),
         (builtin.AdaptRelax, {"br_lower": 0.7}, "br_upper"),
+        (builtin.AdaptRelax, {"g_mask": "frozen"}, "g_mask"),
         (builtin.AdaptStrict, {"density_d": 0.8}, "density_max"),
         (builtin.AdaptRelax, {"br_freq": 20, "da_iters": 10}, "da_iters"),
     ],

@@ -224,7 +224,7 @@ class RunDirectory:
         digest = hashlib.sha256(data).hexdigest()
         with writing(path):
             atomic_write(path, lambda f: f.write(data))
-            if _file_digest(path) != digest:
+            if file_sha256(path) != digest:
                 path.unlink(missing_ok=True)
                 raise RunFailure(f"{path}: checkpoint read back differs from what was written")
             atomic_write(_digest_path(path), lambda f: f.write(digest + "\n"), binary=False)
@@ -239,7 +239,7 @@ class RunDirectory:
         path = self.checkpoint_path(cell, generation)
         try:
             recorded = _digest_path(path).read_text(encoding="utf-8").strip()
-            actual = _file_digest(path)
+            actual = file_sha256(path)
         except FileNotFoundError:
             raise CheckpointInvalid(f"{path}: checkpoint or its digest is missing") from None
         except OSError as exc:
@@ -262,7 +262,7 @@ class RunDirectory:
         for generation in self.checkpoint_generations(cell):
             path = self.checkpoint_path(cell, generation)
             try:
-                if _digest_path(path).read_text(encoding="utf-8").strip() == _file_digest(path):
+                if _digest_path(path).read_text(encoding="utf-8").strip() == file_sha256(path):
                     valid.append(generation)
                     continue
                 reason = "corrupt (digest differs)"
@@ -336,7 +336,8 @@ def _digest_path(checkpoint: Path) -> Path:
     return checkpoint.with_suffix(".sha256")
 
 
-def _file_digest(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """SHA-256 (hex) of a file, read in 1 MiB blocks (checkpoints here, model weights in plugins)."""
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):

@@ -7,13 +7,13 @@ the exact weights, so every score should be recorded next to :func:`weights_hash
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from evogan.engine.rundir import file_sha256
 from evogan.errors import UserError
 
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
@@ -52,11 +52,7 @@ class MnistClassifier(nn.Module):
 
 def weights_hash(path: Path) -> str:
     """Full sha256 (hex) of a weights file; the first 12 characters identify a classifier in results."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    return file_sha256(path)
 
 
 def load_classifier(path: Path | None = None, device: torch.device | str = "cpu") -> MnistClassifier:
