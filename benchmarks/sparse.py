@@ -27,6 +27,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "recipes" / "mnist-adapt.toml"
+SETTLE = "settle"  # marker: band_warmup and band_settle scaled to the run (sparsity_table)
 # variant -> (controller, extra option fields)
 VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "dense": ("dense", ()),
@@ -39,6 +40,10 @@ VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
     # The D controller alone: G keeps its initial mask (g_mask = "static"), D's density adapts.
     "adapt-relax-auto-gstatic": ("adapt-relax", ('band="auto"', 'g_mask="static"')),
     "adapt-strict-auto-gstatic": ("adapt-strict", ('band="auto"', 'g_mask="static"')),
+    # The calibration past the early transient: a warm-up of 4 relax intervals, the first 2 not used.
+    "adapt-relax-settle": ("adapt-relax", ('band="auto"', SETTLE)),
+    "adapt-strict-settle": ("adapt-strict", ('band="auto"', SETTLE)),
+    "adapt-relax-settle-gstatic": ("adapt-relax", ('band="auto"', SETTLE, 'g_mask="static"')),
 }
 
 
@@ -57,9 +62,11 @@ def sparsity_table(variant: str, density: float, steps: int) -> str:
     if use.startswith("adapt"):
         interval = 2 * d_interval if use == "adapt-strict" else d_interval
         fields += [f"d_interval={interval}"]
-    if 'band="auto"' in extra:
+    if SETTLE in extra:
+        fields += [f"band_warmup={4 * d_interval}", f"band_settle={2 * d_interval}"]
+    elif 'band="auto"' in extra:
         fields += [f"band_warmup={2 * d_interval}"]  # two relax intervals at d_D = d_G
-    fields += list(extra)
+    fields += [field for field in extra if field != SETTLE]
     if use in ("set", "rigl"):
         fields = [f for f in fields if not f.startswith(("br_freq", "da_iters"))]
     return "{" + ", ".join(fields) + "}"

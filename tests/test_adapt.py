@@ -111,6 +111,15 @@ def test_calibrated_band_from_a_synthetic_br_sequence() -> None:
     assert state["calibration"] == pytest.approx([0.2, 0.25, 0.4, 0.8, 0.6])  # frozen after the warm-up
 
 
+def test_band_settle_leaves_the_warm_up_transient_out_of_the_calibration() -> None:
+    ctrl, g, d = adapt(da_iters=2, d_interval=2, band="auto", band_warmup=6, band_settle=3, band_width=0.2)
+    warmup = [(v, 0.0, 1.0) for v in (0.1, 0.3, 0.2, 0.6, 1.0, 0.2)]  # window BRs 0.2 0.25 0.4 0.8 0.6
+    feed(ctrl, g, d, warmup)
+    state = d.sparse["balance"]
+    assert state["calibration"] == pytest.approx([0.4, 0.8, 0.6])  # ticks 4..6 only
+    assert state["band"] == pytest.approx([0.6 * 0.8, 0.6 * 1.2])
+
+
 def test_fixed_band_decides_from_the_first_full_window() -> None:
     ctrl, g, d = adapt(da_iters=2, d_interval=2)
     feed(ctrl, g, d, [(0.1, 0.0, 1.0)] * 2)
@@ -273,6 +282,7 @@ def test_resume_restores_the_calibration_state_exactly(tiny_recipe) -> None:
         ('{use="adapt-relax", band="auto", density_d=0.5}', "density_d (0.5) must equal density_g"),
         ('{use="adapt-relax", band="auto", band_warmup=100}', "band_warmup (100) must be at least da_iters"),
         ('{use="adapt-strict", band_width=0}', "sparsity.band_width: "),
+        ('{use="adapt-relax", band="auto", band_settle=2000}', "band_settle (2000) must be below band_warmup"),
         ('{use="adapt-relax", band_min_width=-1}', "sparsity.band_min_width: "),
         ('{use="adapt-relax", g_mask="frozen"}', "sparsity.g_mask: "),
         ('{use="rigl", sema=1.0}', "sparsity.sema: "),

@@ -149,7 +149,8 @@ class AdaptOptions(DstOptions):
         "fixed",
         description="'fixed': keep BR inside [br_lower, br_upper] (the paper's band, tuned on SNGAN hinge "
         "logits). 'auto': calibrate the band on this network pair: for the first band_warmup G steps D's "
-        "density stays at density_g (= density_d, static balance) and every full window's BR is recorded; "
+        "density stays at density_g (= density_d, static balance) and every full window's BR after "
+        "band_settle steps is recorded; "
         "then the band is [c - h, c + h] with c their median and h = max(band_width x |c|, "
         "band_min_width), and decisions start (the first on the first d_interval multiple after the "
         "warm-up).",
@@ -159,6 +160,13 @@ class AdaptOptions(DstOptions):
         gt=0,
         description="band = 'auto': warm-up length in G steps of the balance clock (at least da_iters, so "
         "one window fills).",
+    )
+    band_settle: int = Field(
+        0,
+        ge=0,
+        description="band = 'auto': the first this many G steps of the warm-up are not used for the "
+        "calibration (BR rises from near 0 while the pair first learns; a band centred on that transient "
+        "only ever grows D). Must be below band_warmup.",
     )
     band_width: float = Field(
         0.1,
@@ -184,6 +192,10 @@ class AdaptOptions(DstOptions):
                 raise ValueError(
                     f"band_warmup ({self.band_warmup}) must be at least da_iters ({self.da_iters}), so a "
                     "window fills during the warm-up"
+                )
+            if self.band_settle >= self.band_warmup:
+                raise ValueError(
+                    f"band_settle ({self.band_settle}) must be below band_warmup ({self.band_warmup})"
                 )
         if not self.density_min <= self.density_d <= self.density_max:
             raise ValueError(
@@ -349,7 +361,8 @@ class MaskedController(SparsityController[StaticOptions]):
             flops.charge(
                 discriminator.sparse["ledger"], len(step.z) * (g_cost[0] + 2 * d_cost[0]), 0.0, key="br"
             )
-            if self._calibrating(state) and len(state["window"]) >= size:
+            settled = not isinstance(o, AdaptOptions) or state["clock"] > o.band_settle
+            if self._calibrating(state) and settled and len(state["window"]) >= size:
                 state["calibration"].append(
                     balance.balance_ratio(state["window"], eps=o.br_eps, clip=o.br_clip)
                 )
