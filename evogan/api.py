@@ -19,7 +19,7 @@ base classes of their own (:class:`ConnectableTransport`), tested with ``issubcl
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
@@ -351,6 +351,22 @@ class Problem(Component[OptionsT]):
     def objective(self, metrics: Mapping[str, float]) -> float:
         """The number the mixture ES minimises, taken from :meth:`evaluate`'s result."""
         raise NotImplementedError
+
+    def ensemble_scorer(
+        self, generators: Sequence[nn.Module], seeds: Sequence[int], *, samples: int = 0
+    ) -> Callable[[Sequence[float]], dict[str, float]]:
+        """A function scoring weight vectors of one ensemble on common random numbers: every call sees
+        the same noise, so candidates differ only in their weights (the mixture optimisation after
+        training). ``seeds`` has one seed per generator; ``samples`` is the sample size (0: the
+        problem's choice). The default calls :meth:`evaluate` with a generator seeded from ``seeds[0]``
+        and the problem's own sample size; a problem may draw each generator's samples once (faster,
+        and the same generator then gives the same samples in every ensemble)."""
+        import torch
+
+        def score(weights: Sequence[float]) -> dict[str, float]:
+            return self.evaluate(generators, weights, generator=torch.Generator().manual_seed(seeds[0]))
+
+        return score
 
     def save_pictures(
         self,

@@ -190,11 +190,22 @@ class Driver:
         for cell in self.cells:
             self.checkpoint(cell)
         summary = self.finish(interrupted) if self.summarise else {}
+        finished = "best_cell" in summary and not summary.get("interrupted", interrupted)
+        if finished and self.recipe.mixture.optimize.generations:
+            self.optimise_mixtures()  # the process that wrote the whole summary; every checkpoint is in
         if self.drives:
             # A worker's own ``interrupted`` is its cells'; the summary's is the run's.
             stopped = bool(summary.get("interrupted", interrupted))
             self.pm.hook.evogan_run_end(run=info, summary=summary, interrupted=stopped)
         return summary
+
+    def optimise_mixtures(self) -> None:
+        """``[mixture.optimize]``: the (1+1)-ES on the finished run's ensembles, from its checkpoints."""
+        from evogan.engine.ensemble import optimise_run
+
+        cells = load_cells(self.run_dir, self.settings, self.topology)
+        options = self.recipe.mixture.optimize
+        optimise_run(self.run_dir, self.settings.problem, cells, options, seed=self.recipe.run.seed)
 
     def progress(self, phase: str, *, expected: float = 0.0) -> None:
         """Where the loop is and how long that may take (seconds); a runtime's watchdog listens."""

@@ -7,7 +7,7 @@ Data, networks, loss and metric are components of their own, picked by name in `
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -336,6 +336,35 @@ class GanProblem(Problem[GanOptions]):
         samples = torch.cat(parts)
         order = torch.randperm(samples.shape[0], generator=generator)[:n].to(samples.device)
         return samples[order]
+
+    def ensemble_scorer(
+        self, generators: Sequence[nn.Module], seeds: Sequence[int], *, samples: int = 0
+    ) -> Callable[[Sequence[float]], dict[str, float]]:
+        """Each generator's ``n`` samples are drawn once, on noise from its own seed; a weight vector
+        takes the first ``counts[i]`` of generator ``i``'s (exact proportions by largest remainders, or a
+        multinomial draw on a fixed seed), so candidates differ in their weights alone."""
+        n = samples or self.options.score_samples
+        pools = [
+            self.mixture_samples([network], [1.0], n, generator=torch.Generator().manual_seed(seed))
+            for network, seed in zip(generators, seeds, strict=True)
+        ]
+
+        def score(weights: Sequence[float]) -> dict[str, float]:
+            w = torch.tensor(weights, dtype=torch.float64)
+            if self.options.mixture_sampling == "exact_proportion":
+                exact = w / w.sum() * n
+                counts = exact.floor().long()
+                remainder = n - int(counts.sum())
+                counts[torch.argsort(exact - counts, descending=True, stable=True)[:remainder]] += 1
+            else:
+                draws = torch.multinomial(
+                    w.float(), n, replacement=True, generator=torch.Generator().manual_seed(seeds[0])
+                )
+                counts = torch.bincount(draws, minlength=len(pools))
+            parts = [pool[:count] for pool, count in zip(pools, counts.tolist(), strict=True)]
+            return self.metric.score(torch.cat(parts))
+
+        return score
 
     def evaluate(
         self, generators: Sequence[nn.Module], weights: Sequence[float], *, generator: torch.Generator
