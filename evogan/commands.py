@@ -53,7 +53,7 @@ def evaluate(
     """Score every cell's best generator and its mixture ensemble from RUN_DIR's checkpoints (and, with
     --optimized, the optimised ensemble on the same evaluation noise as the best cell's mixture)."""
     from evogan.engine.ensemble import optimized_ensemble
-    from evogan.engine.run import score_cells
+    from evogan.engine.run import evaluation_seed, score_cells
 
     recipe, settings, cells = _load_run(run_dir, disable, device)
     scores = score_cells(cells, settings, recipe.run.seed)
@@ -66,7 +66,7 @@ def evaluate(
     }
     if optimized:
         networks, weights, chosen = optimized_ensemble(run_dir, optimized, cells)
-        noise = _evaluation_seed(recipe.run.seed, cells[int(best)])
+        noise = evaluation_seed(recipe.run.seed, cells[int(best)])
         metrics = settings.problem.evaluate(networks, weights, generator=torch.Generator().manual_seed(noise))
         result["optimized"] = {
             "pool": optimized,
@@ -96,13 +96,6 @@ def evaluate(
     if optimized:
         chosen_metrics = ", ".join(f"{k} {v:.4g}" for k, v in result["optimized"]["metrics"].items())
         console.print(f"optimised {optimized} ensemble (same noise as cell {best}): {chosen_metrics}")
-
-
-def _evaluation_seed(seed: int, cell: Any) -> int:
-    """The noise seed :func:`evogan.engine.run.score_cells` scores ``cell`` with."""
-    from evogan.rng import CellRandom
-
-    return int(CellRandom.for_generation(seed, cell.index, cell.generation, "evaluation").numpy.integers(2**62))
 
 
 @click.command()

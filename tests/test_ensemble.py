@@ -177,3 +177,14 @@ def test_optimize_keys_leave_the_digest_alone(tiny_recipe) -> None:
     tuned = load(tiny_recipe(), registries, ["mixture.optimize.generations=50", 'mixture.optimize.pool="all"'])
     assert tuned.digest == plain.digest and tuned.mixture.optimize.pool == "all"
     assert load(tiny_recipe(), registries, ["mixture.sigma=0.5"]).digest != plain.digest
+
+
+@pytest.mark.slow
+def test_a_launched_run_optimises_in_the_process_that_writes_the_summary(tiny_recipe) -> None:
+    from evogan.runtime.launcher import launch
+
+    prepared = prepare(tiny_recipe(generations=2), overrides=["run.workers=2", "mixture.optimize.generations=2"])
+    launch(prepared)
+    record = json.loads((prepared.run_dir.path / OPTIMIZED_FILE).read_text())
+    assert [e["centre"] for e in record["neighbourhood"]["ensembles"]] == [0, 1, 2, 3]
+    assert record["neighbourhood"]["checkpoints"] == {str(c): 2 for c in range(4)}

@@ -386,13 +386,17 @@ def mixture_of(cell: Cell) -> tuple[list[torch.nn.Module], list[float]]:
     return networks, [w / total for w in weights]
 
 
+def evaluation_seed(seed: int, cell: Cell) -> int:
+    """The seed of the noise a cell's final scores use (its generation's evaluation stream)."""
+    return int(CellRandom.for_generation(seed, cell.index, cell.generation, "evaluation").numpy.integers(2**62))
+
+
 def score_cells(cells: Sequence[Cell], settings: CellSettings, seed: int) -> dict[str, Any]:
     """Each cell's best generator alone and its mixture, scored on the same fixed evaluation noise."""
     problem = settings.problem
     scores: dict[str, Any] = {}
     for cell in cells:
-        rnd = CellRandom.for_generation(seed, cell.index, cell.generation, "evaluation")
-        noise_seed = int(rnd.numpy.integers(2**62))
+        noise_seed = evaluation_seed(seed, cell)
         single = problem.evaluate(
             [cell.evaluated(cell.best("generator"))], [1.0], generator=torch.Generator().manual_seed(noise_seed)
         )
@@ -443,6 +447,7 @@ __all__ = [
     "build_settings",
     "build_topology",
     "default_threads",
+    "evaluation_seed",
     "load_cells",
     "mixture_of",
     "pick_device",
