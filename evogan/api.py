@@ -19,13 +19,13 @@ base classes of their own (:class:`ConnectableTransport`), tested with ``issubcl
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from evogan.individual import ROLES, Individual, Role
 
@@ -273,20 +273,24 @@ class Problem(Component[OptionsT]):
         raise NotImplementedError
 
     @abc.abstractmethod
-    def training_batches(self, *, generator: torch.Generator) -> Iterator[torch.Tensor]:
-        """One generation's real batches."""
+    def training_batches(self, *, generator: torch.Generator, cell: int = 0) -> Iterator[torch.Tensor]:
+        """One generation's real batches for ``cell`` (a problem may give each cell its own share of
+        the data: Lipizzaner's data dieting)."""
         raise NotImplementedError
 
-    def train_discriminator_at(self, step: int) -> bool:
-        """Whether the discriminators train at this batch index (Lipizzaner's D skip)."""
+    def train_discriminator_at(self, step: int, *, cell: int = 0, generation: int = 1) -> bool:
+        """Whether the discriminators train at batch ``step`` of ``cell``'s ``generation`` (counted from
+        1; Lipizzaner's D skip)."""
         return True
 
-    def train_generator_at(self, step: int) -> bool:
-        """Whether the generators train at this batch index (``n_critic`` D steps per G step, as SNGAN)."""
+    def train_generator_at(self, step: int, *, cell: int = 0, generation: int = 1) -> bool:
+        """Whether the generators train at batch ``step`` of ``cell``'s ``generation`` (``n_critic`` D
+        steps per G step, as SNGAN; a schedule over the whole run, as WGAN's, needs the generation)."""
         return True
 
     @abc.abstractmethod
-    def fitness_batch(self, *, generator: torch.Generator) -> torch.Tensor:
+    def fitness_batch(self, *, generator: torch.Generator, cell: int = 0) -> torch.Tensor:
+        """The real samples one generation's fitness evaluations of ``cell`` share."""
         raise NotImplementedError
 
     @abc.abstractmethod
@@ -348,6 +352,22 @@ class Problem(Component[OptionsT]):
         """The number the mixture ES minimises, taken from :meth:`evaluate`'s result."""
         raise NotImplementedError
 
+    def ensemble_scorer(
+        self, generators: Sequence[nn.Module], seeds: Sequence[int], *, samples: int = 0
+    ) -> Callable[[Sequence[float]], dict[str, float]]:
+        """A function scoring weight vectors of one ensemble on common random numbers: every call sees
+        the same noise, so candidates differ only in their weights (the mixture optimisation after
+        training). ``seeds`` has one seed per generator; ``samples`` is the sample size (0: the
+        problem's choice). The default calls :meth:`evaluate` with a generator seeded from ``seeds[0]``
+        and the problem's own sample size; a problem may draw each generator's samples once (faster,
+        and the same generator then gives the same samples in every ensemble)."""
+        import torch
+
+        def score(weights: Sequence[float]) -> dict[str, float]:
+            return self.evaluate(generators, weights, generator=torch.Generator().manual_seed(seeds[0]))
+
+        return score
+
     def save_pictures(
         self,
         generators: Sequence[nn.Module],
@@ -390,6 +410,24 @@ class DataSource(abc.ABC):
     def sample(self, n: int, *, generator: torch.Generator) -> torch.Tensor:
         """``n`` samples drawn without replacement (with replacement only if ``n`` exceeds the data)."""
         raise NotImplementedError
+
+    def subset(self, indices: torch.Tensor) -> DataSource:
+        """A source serving only the samples at ``indices`` (data dieting); sources that cannot are
+        refused when a recipe asks for a ``sampling_ratio`` below 1."""
+        raise NotImplementedError(f"{type(self).__name__} cannot serve a subset of its samples")
+
+
+class DatasetOptions(ComponentOptions):
+    """Options every built-in dataset shares; a dataset whose options derive from these supports data
+    dieting (the GAN problem tests ``isinstance``)."""
+
+    sampling_ratio: float = Field(
+        1.0,
+        gt=0,
+        le=1,
+        description="data dieting: each cell trains on its own random share of the samples, drawn from "
+        "the run seed and the cell index (Lipizzaner's dataloader.sampling_ratio)",
+    )
 
 
 class Dataset(Component[OptionsT]):
@@ -568,6 +606,7 @@ __all__ = [
     "ConnectableTransport",
     "DataSource",
     "Dataset",
+    "DatasetOptions",
     "Faced",
     "GeneratorStep",
     "Loss",

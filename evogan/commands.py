@@ -1,5 +1,6 @@
 """The commands beside ``run``: ``evaluate`` and ``sample`` score and draw from a finished (or stopped)
-run; ``keys generate`` writes the ZeroMQ transport's CURVE certificates."""
+run, ``optimize`` tunes its mixture weights after training; ``keys generate`` writes the ZeroMQ
+transport's CURVE certificates."""
 
 from __future__ import annotations
 
@@ -32,15 +33,27 @@ def _load_run(run_dir_path: Path, disable: tuple[str, ...], device: str | None) 
     return recipe, settings, cells
 
 
+optimized_option = click.option(
+    "--optimized",
+    type=click.Choice(["neighbourhood", "all"]),
+    help="Use the best ensemble `evogan optimize` chose from this pool (optimized-mixture.json).",
+)
+
+
 @click.command()
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.option("--device", type=click.Choice(["cpu", "cuda", "auto"]), help="Override run.device.")
+@optimized_option
 @disable_option
 @handle_errors
-def evaluate(run_dir: Path, as_json: bool, device: str | None, disable: tuple[str, ...]) -> None:
-    """Score every cell's best generator and its mixture ensemble from RUN_DIR's checkpoints."""
-    from evogan.engine.run import score_cells
+def evaluate(
+    run_dir: Path, as_json: bool, device: str | None, optimized: str | None, disable: tuple[str, ...]
+) -> None:
+    """Score every cell's best generator and its mixture ensemble from RUN_DIR's checkpoints (and, with
+    --optimized, the optimised ensemble on the same evaluation noise as the best cell's mixture)."""
+    from evogan.engine.ensemble import optimized_ensemble
+    from evogan.engine.run import evaluation_seed, score_cells
 
     recipe, settings, cells = _load_run(run_dir, disable, device)
     scores = score_cells(cells, settings, recipe.run.seed)
@@ -51,6 +64,16 @@ def evaluate(run_dir: Path, as_json: bool, device: str | None, disable: tuple[st
         "cells": scores,
         **settings.problem.describe(),
     }
+    if optimized:
+        networks, weights, chosen = optimized_ensemble(run_dir, optimized, cells)
+        noise = evaluation_seed(recipe.run.seed, cells[int(best)])
+        metrics = settings.problem.evaluate(networks, weights, generator=torch.Generator().manual_seed(noise))
+        result["optimized"] = {
+            "pool": optimized,
+            "weights": chosen["after"]["weights"],
+            "metrics": metrics,
+            "score": settings.problem.objective(metrics),
+        }
     if as_json:
         click.echo(json.dumps(result, indent=2, default=float))
         return
@@ -70,6 +93,84 @@ def evaluate(run_dir: Path, as_json: bool, device: str | None, disable: tuple[st
     console = Console()
     console.print(table)
     console.print(f"best mixture ensemble: cell {best}")
+    if optimized:
+        chosen_metrics = ", ".join(f"{k} {v:.4g}" for k, v in result["optimized"]["metrics"].items())
+        console.print(f"optimised {optimized} ensemble (same noise as cell {best}): {chosen_metrics}")
+
+
+@click.command()
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.option(
+    "--pool",
+    type=click.Choice(["neighbourhood", "all"]),
+    help="Each cell's neighbourhood mixture, or one ensemble of every cell's best generator "
+    "(default: the recipe's mixture.optimize.pool).",
+)
+@click.option(
+    "--generations",
+    type=click.IntRange(min=1),
+    help="ES generations (default: mixture.optimize.generations, or 10 when the recipe has 0).",
+)
+@click.option("--samples", type=click.IntRange(min=1), help="Samples per score (default: mixture.optimize.samples).")
+@click.option("--sigma", type=click.FloatRange(min=0, min_open=True), help="Weight mutation sd (default: recipe's).")
+@click.option(
+    "--random-init/--trained-init",
+    default=None,
+    help="Start from random normalised weights or the trained ones (default: mixture.optimize.random_init).",
+)
+@click.option("--seed", type=int, help="Seed of the ES and its noise (default: run.seed).")
+@click.option("--json", "as_json", is_flag=True, help="Print the record as JSON.")
+@click.option("--device", type=click.Choice(["cpu", "cuda", "auto"]), help="Override run.device.")
+@disable_option
+@handle_errors
+def optimize(
+    run_dir: Path,
+    pool: str | None,
+    generations: int | None,
+    samples: int | None,
+    sigma: float | None,
+    random_init: bool | None,
+    seed: int | None,
+    as_json: bool,
+    device: str | None,
+    disable: tuple[str, ...],
+) -> None:
+    """Optimise the mixture weights of RUN_DIR's finished ensembles with a (1+1)-ES on fixed noise
+    (Lipizzaner's optimize_mixture); write RUN_DIR/optimized-mixture.json, leave the checkpoints alone."""
+    from evogan.engine.ensemble import optimise_run
+    from evogan.engine.rundir import RunDirectory
+
+    recipe, settings, cells = _load_run(run_dir, disable, device)
+    configured = recipe.mixture.optimize
+    changes: dict[str, Any] = {"generations": generations or configured.generations or 10}
+    for key, value in (("pool", pool), ("samples", samples), ("sigma", sigma), ("random_init", random_init)):
+        if value is not None:
+            changes[key] = value
+    options = configured.model_copy(update=changes)
+    entry = optimise_run(
+        RunDirectory(run_dir), settings.problem, cells, options, seed=recipe.run.seed if seed is None else seed
+    )
+    if as_json:
+        click.echo(json.dumps(entry, indent=2, default=float))
+        return
+    table = Table(box=None, header_style="bold")
+    for column in ("ensemble", "members", "score before", "score after", "accepted", "weights after"):
+        table.add_column(column, justify="right")
+    for i, result in enumerate(entry["ensembles"]):
+        label = "grid" if result["centre"] is None else f"cell {result['centre']}"
+        weights = " ".join(f"{w:.3f}" for w in result["after"]["weights"].values())
+        table.add_row(
+            label,
+            " ".join(result["members"]),
+            f"{result['before']['score']:.4g}",
+            f"{result['after']['score']:.4g}",
+            str(result["accepted"]),
+            weights,
+            style="bold green" if i == entry["best"] else None,
+        )
+    console = Console()
+    console.print(table)
+    console.print(f"wrote {run_dir / 'optimized-mixture.json'} ({options.pool}, {options.generations} generations)")
 
 
 @click.command()
@@ -89,6 +190,7 @@ def evaluate(run_dir: Path, as_json: bool, device: str | None, disable: tuple[st
 @click.option("--single", is_flag=True, help="Use the cell's best generator alone, not its mixture.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the noise.")
 @click.option("--device", type=click.Choice(["cpu", "cuda", "auto"]), help="Override run.device.")
+@optimized_option
 @disable_option
 @handle_errors
 def sample(
@@ -99,13 +201,23 @@ def sample(
     single: bool,
     seed: int,
     device: str | None,
+    optimized: str | None,
     disable: tuple[str, ...],
 ) -> None:
     """Write a grid (images) or scatter plot (2-D data) of samples from RUN_DIR's ensemble."""
+    from evogan.engine.ensemble import optimized_ensemble
     from evogan.engine.run import mixture_of, score_cells
     from evogan.errors import UserError
 
     recipe, settings, cells = _load_run(run_dir, disable, device)
+    if optimized:
+        if cell is not None or single:
+            raise UserError("--optimized draws from the optimised ensemble: leave out --cell and --single")
+        networks, weights, chosen = optimized_ensemble(run_dir, optimized, cells)
+        label = "the grid" if chosen["centre"] is None else f"cell {chosen['centre']}"
+        _save_pictures(settings.problem, networks, weights, output, seed, count, f"optimised, {label}")
+        click.echo(f"wrote {count} samples from the optimised {optimized} ensemble ({label}) to {output}")
+        return
     if cell is None:
         scores = score_cells(cells, settings, recipe.run.seed)
         cell = int(min(scores, key=lambda c: scores[c]["mixture_score"]))
@@ -113,21 +225,24 @@ def sample(
         raise UserError(f"--cell {cell}: the run has cells 0..{len(cells) - 1}")
     chosen = cells[cell]
     networks, weights = ([chosen.evaluated(chosen.best("generator"))], [1.0]) if single else mixture_of(chosen)
-    try:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        settings.problem.save_pictures(
-            networks,
-            weights,
-            output,
-            generator=torch.Generator().manual_seed(seed),
-            title=f"cell {cell}",
-            count=count,
-        )
-    except OSError as exc:
-        raise UserError(f"{output}: cannot write: {exc.strerror}") from None
+    _save_pictures(settings.problem, networks, weights, output, seed, count, f"cell {cell}")
     click.echo(
         f"wrote {count} samples from cell {cell}{' (best generator)' if single else ' (mixture)'} to {output}"
     )
+
+
+def _save_pictures(
+    problem: Any, networks: list[Any], weights: list[float], output: Path, seed: int, count: int, title: str
+) -> None:
+    from evogan.errors import UserError
+
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        problem.save_pictures(
+            networks, weights, output, generator=torch.Generator().manual_seed(seed), title=title, count=count
+        )
+    except OSError as exc:
+        raise UserError(f"{output}: cannot write: {exc.strerror}") from None
 
 
 @click.group(name="keys")
@@ -153,4 +268,4 @@ def generate(directory: Path, names: tuple[str, ...]) -> None:
     click.echo(f"keys in {directory}: public/ is the allow-list, private/ holds secrets (keep it private)")
 
 
-COMMANDS = [evaluate, sample, keys]
+COMMANDS = [evaluate, sample, optimize, keys]

@@ -50,17 +50,28 @@ def _fields(model: type[BaseModel]) -> list[str]:
     return rows
 
 
+def _table_reference(table: str, model: type[BaseModel]) -> list[str]:
+    """A fixed table's keys, then each table nested in it (``[mixture.optimize]``) as its own section."""
+    nested = {
+        name: info.annotation
+        for name, info in model.model_fields.items()
+        if isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel)
+    }
+    rows = [row for row in _fields(model) if row.split("`")[1] not in nested]
+    out = [f"### `[{table}]`\n"]
+    if "." in table and model.__doc__:  # a nested table says what it is; the top-level ones are known
+        out.append(" ".join(model.__doc__.split()) + "\n")
+    out += ["| key | default | meaning |", "| --- | --- | --- |", *rows, ""]
+    for name, sub in nested.items():
+        out += _table_reference(f"{table}.{name}", sub)
+    return out
+
+
 def recipe_reference(registries: Registries) -> str:
     out = [HEADER, "## Recipe tables\n"]
     out.append("Fixed tables (all optional; every key has a default):\n")
     for table, model in FIXED_TABLES.items():
-        out += [
-            f"### `[{table}]`\n",
-            "| key | default | meaning |",
-            "| --- | --- | --- |",
-            *_fields(model),
-            "",
-        ]
+        out += _table_reference(table, model)
     out.append("Component tables: `use` names a registered component; the other keys are its options.\n")
     for table, (kind, required) in COMPONENT_TABLES.items():
         default = registries[kind].default()

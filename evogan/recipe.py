@@ -74,9 +74,34 @@ class PopulationSection(_Table):
     )
 
 
+class OptimizeSection(_Table):
+    """``[mixture.optimize]``: the (1+1)-ES on mixture weights after training (Lipizzaner's
+    ``optimize_mixture``), also ``evogan optimize RUN_DIR``. It reads the checkpoints and writes
+    ``optimized-mixture.json``; it changes no training number, so these keys are not in the digest."""
+
+    generations: int = Field(
+        0, ge=0, description="ES generations after the last training generation (0: none; Lipizzaner 10, configs 50)"
+    )
+    samples: int = Field(
+        0, ge=0, description="samples per score, on noise fixed for every candidate (0: problem's score_samples)"
+    )
+    random_init: bool = Field(
+        False, description="start from random normalised weights instead of the trained ones (es_random_init)"
+    )
+    sigma: float = Field(0.01, gt=0, description="standard deviation of the Gaussian weight mutation")
+    pool: Literal["neighbourhood", "all"] = Field(
+        "neighbourhood",
+        description="each cell's neighbourhood mixture, or one ensemble of every cell's best generator",
+    )
+
+
 class MixtureSection(_Table):
     enabled: bool = Field(True, description="evolve mixture weights with a (1+1)-ES each generation")
     sigma: float = Field(0.01, gt=0, description="standard deviation of the Gaussian weight mutation")
+    optimize: OptimizeSection = Field(
+        default_factory=lambda: OptimizeSection.model_validate({}),
+        description="the ES after training ([mixture.optimize])",
+    )
 
 
 class ExchangeSection(_Table):
@@ -298,6 +323,11 @@ class Recipe:
         data = copy.deepcopy(self.data)
         for key in OPERATIONAL_KEYS:
             data.get("run", {}).pop(key, None)
+        mixture = data.get("mixture", {})
+        if "optimize" in mixture:  # after training: changes no number of the run itself
+            del mixture["optimize"]
+            if not mixture:
+                del data["mixture"]
         exchange = data.get("exchange", {})
         if "options" in exchange:  # addresses and key paths differ between nodes
             del exchange["options"]
@@ -486,6 +516,7 @@ __all__ = [
     "ComponentRef",
     "ExchangeSection",
     "MixtureSection",
+    "OptimizeSection",
     "PopulationSection",
     "Recipe",
     "RunSection",

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 # Streams within one (cell, generation): separate so adding draws to one never shifts another.
-STREAMS = {"evolution": 0, "torch": 1, "init": 2, "evaluation": 3}
+STREAMS = {"evolution": 0, "torch": 1, "init": 2, "evaluation": 3, "data": 4, "mixture": 5}
 
 
 def seed_sequence(seed: int, cell: int, generation: int, stream: str) -> np.random.SeedSequence:
@@ -35,6 +35,13 @@ class CellRandom:
         state = seed_sequence(seed, cell, generation, torch_stream).generate_state(1, np.uint64)[0]
         torch_seed = int(state >> 1)
         return cls(numpy_rng, torch.Generator().manual_seed(torch_seed))
+
+    @classmethod
+    def for_cell(cls, seed: int, cell: int, stream: str) -> CellRandom:
+        """Streams drawn once per cell for the whole run (its share of the data under data dieting):
+        they depend on the seed and the cell only, so a resumed run and any split of the cells over
+        worker processes draw the same."""
+        return cls.for_generation(seed, cell, 0, stream)
 
 
 __all__ = ["STREAMS", "CellRandom", "seed_sequence"]

@@ -128,7 +128,7 @@ def test_selection_off_trains_in_place_against_the_neighbourhood(tiny_recipe) ->
     assert all(r["replaced"] == {} for r in records)
 
 
-@pytest.mark.parametrize("loss", ["bce", "minimax", "heuristic", "mse", "hinge"])
+@pytest.mark.parametrize("loss", ["bce", "minimax", "heuristic", "mse", "hinge", "wasserstein"])
 def test_every_loss_trains(tiny_recipe, loss: str) -> None:
     records = metrics(run(tiny_recipe(generations=1, rows=1, cols=1), f'problem.loss.use="{loss}"'))
     assert all(torch.isfinite(torch.tensor(r["g_loss"])) for r in records)

@@ -281,7 +281,7 @@ class Cell:
             clock = now
 
         all_g, all_d = self.neighbourhood("generator"), self.neighbourhood("discriminator")
-        real = problem.fitness_batch(generator=rnd.torch)
+        real = problem.fitness_batch(generator=rnd.torch, cell=self.index)
         self._memo = {}  # the re-evaluations below reuse what this one computes on the same batch
         self.evaluate(all_g, all_d, real, rnd)
         lap("fitness")
@@ -337,8 +337,9 @@ class Cell:
         pairing, mutate = self.settings.pairing, self.settings.mutation.mutate
         for_g = Opponents(own=discs, neighbourhood=g_opponents, weights=self._cell_weights(g_opponents))
         for_d = Opponents(own=gens, neighbourhood=d_opponents, weights=self._cell_weights(d_opponents))
+        where = {"cell": self.index, "generation": self.generation}
         for step, real in enumerate(self._batches(rnd)):
-            if problem.train_generator_at(step):
+            if problem.train_generator_at(step, **where):
                 faced = pairing.generator_opponents(for_g, rng=numpy_rng)
                 principal = faced[0][0]
                 # One opponent keeps the plain call (and its exact arithmetic); several are weighted.
@@ -349,7 +350,7 @@ class Cell:
                     info.step = step
                     if sparsity is not None:
                         sparsity.after_generator_step(g, principal, info, problem)
-            if not problem.train_discriminator_at(step):
+            if not problem.train_discriminator_at(step, **where):
                 continue
             defender = pairing.discriminator_opponent(for_d, rng=numpy_rng)
             for d in discs:
@@ -364,7 +365,7 @@ class Cell:
         """The problem's batches, with :attr:`between_batches` called every ``exchange.every_batches``
         batches (never before the first or after the last). It draws no random numbers."""
         every = self.settings.recipe.exchange.every_batches
-        for step, real in enumerate(self.problem.training_batches(generator=rnd.torch)):
+        for step, real in enumerate(self.problem.training_batches(generator=rnd.torch, cell=self.index)):
             if every and step and step % every == 0 and self.between_batches is not None:
                 self.between_batches(step)
             yield real

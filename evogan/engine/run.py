@@ -190,11 +190,22 @@ class Driver:
         for cell in self.cells:
             self.checkpoint(cell)
         summary = self.finish(interrupted) if self.summarise else {}
+        finished = "best_cell" in summary and not summary.get("interrupted", interrupted)
+        if finished and self.recipe.mixture.optimize.generations:
+            self.optimise_mixtures()  # the process that wrote the whole summary; every checkpoint is in
         if self.drives:
             # A worker's own ``interrupted`` is its cells'; the summary's is the run's.
             stopped = bool(summary.get("interrupted", interrupted))
             self.pm.hook.evogan_run_end(run=info, summary=summary, interrupted=stopped)
         return summary
+
+    def optimise_mixtures(self) -> None:
+        """``[mixture.optimize]``: the (1+1)-ES on the finished run's ensembles, from its checkpoints."""
+        from evogan.engine.ensemble import optimise_run
+
+        cells = load_cells(self.run_dir, self.settings, self.topology)
+        options = self.recipe.mixture.optimize
+        optimise_run(self.run_dir, self.settings.problem, cells, options, seed=self.recipe.run.seed)
 
     def progress(self, phase: str, *, expected: float = 0.0) -> None:
         """Where the loop is and how long that may take (seconds); a runtime's watchdog listens."""
@@ -375,13 +386,17 @@ def mixture_of(cell: Cell) -> tuple[list[torch.nn.Module], list[float]]:
     return networks, [w / total for w in weights]
 
 
+def evaluation_seed(seed: int, cell: Cell) -> int:
+    """The seed of the noise a cell's final scores use (its generation's evaluation stream)."""
+    return int(CellRandom.for_generation(seed, cell.index, cell.generation, "evaluation").numpy.integers(2**62))
+
+
 def score_cells(cells: Sequence[Cell], settings: CellSettings, seed: int) -> dict[str, Any]:
     """Each cell's best generator alone and its mixture, scored on the same fixed evaluation noise."""
     problem = settings.problem
     scores: dict[str, Any] = {}
     for cell in cells:
-        rnd = CellRandom.for_generation(seed, cell.index, cell.generation, "evaluation")
-        noise_seed = int(rnd.numpy.integers(2**62))
+        noise_seed = evaluation_seed(seed, cell)
         single = problem.evaluate(
             [cell.evaluated(cell.best("generator"))], [1.0], generator=torch.Generator().manual_seed(noise_seed)
         )
@@ -432,6 +447,7 @@ __all__ = [
     "build_settings",
     "build_topology",
     "default_threads",
+    "evaluation_seed",
     "load_cells",
     "mixture_of",
     "pick_device",

@@ -5,35 +5,55 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import torch
-from torch.utils.data import DataLoader, RandomSampler
+from torch.utils.data import DataLoader, RandomSampler, Subset
 from torch.utils.data import Dataset as TorchDataset
 
 from evogan.api import DataSource
 
 
 class TensorSource(DataSource):
-    """All samples in one tensor on the training device: batches are index gathers, no loader overhead."""
+    """All samples in one tensor on the training device: batches are index gathers, no loader overhead.
+
+    ``rows`` restricts the source to those rows (a cell's share under data dieting) without copying the
+    samples: every cell's subset shares the one tensor.
+    """
 
     def __init__(
-        self, samples: torch.Tensor, labels: torch.Tensor | None = None, num_classes: int | None = None
+        self,
+        samples: torch.Tensor,
+        labels: torch.Tensor | None = None,
+        num_classes: int | None = None,
+        *,
+        rows: torch.Tensor | None = None,
     ) -> None:
         self.samples = samples
         self.labels = labels
         self.num_classes = num_classes
         self.sample_shape = tuple(samples.shape[1:])
+        self.rows = None if rows is None else rows.to(samples.device)
 
     def __len__(self) -> int:
-        return self.samples.shape[0]
+        return self.samples.shape[0] if self.rows is None else self.rows.shape[0]
+
+    def subset(self, indices: torch.Tensor) -> TensorSource:
+        rows = indices.to(self.samples.device)
+        if self.rows is not None:
+            rows = self.rows.index_select(0, rows)
+        return TensorSource(self.samples, self.labels, self.num_classes, rows=rows)
 
     def _indices(self, n: int, generator: torch.Generator) -> torch.Tensor:
-        return torch.randperm(len(self), generator=generator)[:n]
+        return self._rows(torch.randperm(len(self), generator=generator)[:n])
+
+    def _rows(self, positions: torch.Tensor) -> torch.Tensor:
+        """Rows of ``samples`` at ``positions`` of this source (the identity without a subset)."""
+        return positions if self.rows is None else self.rows.index_select(0, positions.to(self.rows.device))
 
     def batches(self, batch_size: int, count: int, *, generator: torch.Generator) -> Iterator[torch.Tensor]:
         per_pass = len(self) // batch_size
         total = count or per_pass
         done = 0
         while done < total:
-            order = torch.randperm(len(self), generator=generator).to(self.samples.device)
+            order = self._rows(torch.randperm(len(self), generator=generator)).to(self.samples.device)
             for start in range(0, per_pass * batch_size, batch_size):
                 if done == total:
                     return
@@ -42,7 +62,10 @@ class TensorSource(DataSource):
 
     def sample(self, n: int, *, generator: torch.Generator) -> torch.Tensor:
         # Without replacement when the data allows it, so small samples have no duplicates.
-        index = self._indices(n, generator) if n <= len(self) else torch.randint(len(self), (n,), generator=generator)
+        if n <= len(self):
+            index = self._indices(n, generator)
+        else:
+            index = self._rows(torch.randint(len(self), (n,), generator=generator))
         return self.samples.index_select(0, index.to(self.samples.device))
 
     def sample_with_labels(
@@ -73,6 +96,9 @@ class LoaderSource(DataSource):
 
     def __len__(self) -> int:
         return len(self.dataset)  # type: ignore[arg-type]
+
+    def subset(self, indices: torch.Tensor) -> LoaderSource:
+        return LoaderSource(Subset(self.dataset, indices.tolist()), self.sample_shape, self.device, self.workers)
 
     @staticmethod
     def _images(item: object) -> torch.Tensor:

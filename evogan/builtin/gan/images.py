@@ -19,7 +19,7 @@ import torch
 from pydantic import Field
 from torch.utils.data import Dataset as TorchDataset
 
-from evogan.api import ComponentOptions, Dataset, DataSource
+from evogan.api import Dataset, DatasetOptions, DataSource
 from evogan.builtin.gan.data import LoaderSource, TensorSource
 from evogan.errors import UserError
 from evogan.hookspecs import Register, hookimpl
@@ -40,7 +40,7 @@ def _limited(tensor: torch.Tensor, limit: int) -> torch.Tensor:
     return tensor[:limit] if limit else tensor
 
 
-class LimitOptions(ComponentOptions):
+class LimitOptions(DatasetOptions):
     limit: int = Field(
         0, ge=0, description="use only the first N samples (0 = all); for tests and benchmarks"
     )

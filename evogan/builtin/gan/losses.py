@@ -81,4 +81,18 @@ class Hinge(Loss):
         return F.relu(1 - real_logits).mean() + F.relu(1 + fake_logits).mean()
 
 
-LOSSES = (BCE, Minimax, Heuristic, LeastSquares, Hinge)
+class Wasserstein(Hinge):
+    """The WGAN loss (Arjovsky, Chintala and Bottou 2017): the critic widens mean D(real) - mean D(fake),
+    the generator raises D(G(z)). It needs a Lipschitz critic: as Lipizzaner's ``lipizzaner_wgan``, set
+    ``problem.clip_weights = 0.01``, ``optimizer = "rmsprop"`` and the critic schedule
+    (``recipes/mnist-wgan.toml``)."""
+
+    name: ClassVar[str] = "wasserstein"
+    description: ClassVar[str] = "WGAN critic loss (pair with clip_weights, rmsprop, critic_burst)"
+
+    # The generator's loss is the hinge loss's, -mean D(G(z)); only the critic's differs.
+    def discriminator_loss(self, real_logits: torch.Tensor, fake_logits: torch.Tensor) -> torch.Tensor:
+        return fake_logits.mean() - real_logits.mean()
+
+
+LOSSES = (BCE, Minimax, Heuristic, LeastSquares, Hinge, Wasserstein)

@@ -7,18 +7,19 @@ Data, networks, loss and metric are components of their own, picked by name in `
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import torch
-from pydantic import Field
+from pydantic import Field, model_validator
 from torch import nn
 
 from evogan.api import (
     ComponentOptions,
     Dataset,
+    DatasetOptions,
     DataSource,
     GeneratorStep,
     Loss,
@@ -28,9 +29,11 @@ from evogan.api import (
     ProblemContext,
     Role,
 )
+from evogan.builtin.gan.schedule import CriticSchedule
 from evogan.errors import UserError
 from evogan.individual import Individual
 from evogan.recipe import ComponentRef, build_nested, component_field
+from evogan.rng import CellRandom
 
 
 @contextmanager
@@ -58,11 +61,28 @@ class GanOptions(ComponentOptions):
     batches_per_generation: int = Field(
         0, ge=0, description="training batches per generation (0: one full pass over the data)"
     )
-    learning_rate: float = Field(2e-4, gt=0, description="initial Adam learning rate (lr0)")
+    learning_rate: float = Field(2e-4, gt=0, description="initial learning rate (lr0)")
+    optimizer: Literal["adam", "rmsprop"] = Field(
+        "adam", description="adam, or rmsprop at the individual's learning rate (WGAN; betas unused)"
+    )
     betas: tuple[float, float] = Field((0.5, 0.999), description="Adam betas")
+    clip_weights: float = Field(
+        0.0, ge=0, description="clamp every D weight to [-c, c] after each D step (WGAN: 0.01); 0: off"
+    )
     d_skip: int = Field(0, ge=0, description="train D on every (d_skip+1)-th batch only (Lipizzaner's skip)")
     critic_steps: int = Field(
         1, ge=1, description="train G on every critic_steps-th batch only (SNGAN's n_critic)"
+    )
+    critic_burst: int = Field(
+        0,
+        ge=0,
+        description="WGAN's schedule over the run: this many D steps (one per batch) before each of the "
+        "first critic_burst_first G steps and every critic_burst_every-th, critic_steps before the "
+        "others (WGAN: 100); 0: off",
+    )
+    critic_burst_first: int = Field(25, ge=0, description="G steps that follow a burst at the start")
+    critic_burst_every: int = Field(
+        500, ge=0, description="every this-many-th G step follows a burst too (0: never)"
     )
     fitness_samples: int = Field(
         1000, ge=1, description="real samples and noise vectors per fitness evaluation"
@@ -72,6 +92,19 @@ class GanOptions(ComponentOptions):
         "exact_proportion", description="how an ensemble splits its samples between generators"
     )
     picture_samples: int = Field(64, ge=1, description="images in a sample grid (2-D data: 1000 points)")
+
+    @model_validator(mode="after")
+    def _burst_counts_batches(self) -> GanOptions:
+        if self.critic_burst and self.d_skip:
+            raise ValueError("critic_burst counts a D step per batch: it needs d_skip = 0")
+        return self
+
+    def critic_schedule(self) -> CriticSchedule | None:
+        if not self.critic_burst:
+            return None
+        return CriticSchedule(
+            self.critic_steps, self.critic_burst, self.critic_burst_first, self.critic_burst_every
+        )
 
 
 class GanProblem(Problem[GanOptions]):
@@ -90,6 +123,7 @@ class GanProblem(Problem[GanOptions]):
         self.metric = build_nested(registries, Metric, options.metric)
         self.device = context.device
         self.data: DataSource | None = None
+        self._cell_data: dict[int, DataSource] = {}  # each cell's share under data dieting
 
     # -------------------------------------------------------------------------------- setup
     def setup(self) -> None:
@@ -99,6 +133,20 @@ class GanProblem(Problem[GanOptions]):
                 f"problem.batch_size: {self.options.batch_size} exceeds the dataset's {len(self.data)} samples"
             )
         self.networks.check(self.data.sample_shape)
+        share = self.share()
+        if share < self.options.batch_size:
+            raise UserError(
+                f"problem.data.sampling_ratio: {self.sampling_ratio} leaves each cell {share} of the "
+                f"dataset's {len(self.data)} samples, fewer than problem.batch_size {self.options.batch_size}"
+            )
+        if share < len(self.data):
+            try:
+                self.data.subset(torch.arange(share))
+            except NotImplementedError:
+                raise UserError(
+                    f"problem.data.sampling_ratio: dataset {self.options.data.use} cannot serve a share "
+                    "of its samples"
+                ) from None
         generator = torch.Generator().manual_seed(self.context.seed)
         self.metric.prepare(self.data, self.device, generator=generator)
 
@@ -112,10 +160,32 @@ class GanProblem(Problem[GanOptions]):
     def learning_rate(self) -> float:
         return self.options.learning_rate
 
+    @property
+    def sampling_ratio(self) -> float:
+        options = self.dataset.options
+        return options.sampling_ratio if isinstance(options, DatasetOptions) else 1.0
+
+    def share(self) -> int:
+        """How many samples each cell trains on (data dieting; all of them at ratio 1)."""
+        return max(1, round(self.sampling_ratio * len(self.source)))
+
+    def cell_source(self, cell: int) -> DataSource:
+        """``cell``'s data: at ``sampling_ratio`` below 1 a random share drawn from the run seed and the
+        cell index alone, so resuming or splitting the cells differently keeps every cell's share."""
+        share = self.share()
+        if share >= len(self.source):
+            return self.source
+        if cell not in self._cell_data:
+            generator = CellRandom.for_cell(self.context.seed, cell, "data").torch
+            rows = torch.randperm(len(self.source), generator=generator)[:share].sort().values
+            self._cell_data[cell] = self.source.subset(rows)
+        return self._cell_data[cell]
+
     def describe(self) -> dict[str, Any]:
         facts: dict[str, Any] = {
             "data": self.options.data.use,
             "samples": len(self.source),
+            **({"samples_per_cell": self.share()} if self.share() < len(self.source) else {}),
             "sample_shape": list(self.source.sample_shape),
             "network": self.options.network.use,
             "loss": self.options.loss.use,
@@ -132,6 +202,8 @@ class GanProblem(Problem[GanOptions]):
     def make_optimizer(self, role: Role, network: nn.Module, learning_rate: float) -> torch.optim.Optimizer:
         # The fused kernel updates all parameters in one call: on one CPU thread it cuts the MNIST MLP's
         # Adam step about fivefold (a quarter of a generation's training time with the default loop).
+        if self.options.optimizer == "rmsprop":  # Lipizzaner's WGAN trainer: torch's defaults, the lr
+            return torch.optim.RMSprop(network.parameters(), lr=learning_rate)
         fused = self.device.type in ("cpu", "cuda")
         return torch.optim.Adam(network.parameters(), lr=learning_rate, betas=self.options.betas, fused=fused)
 
@@ -139,19 +211,26 @@ class GanProblem(Problem[GanOptions]):
         return torch.randn(n, *self.networks.latent_shape(), generator=generator).to(self.device)
 
     # -------------------------------------------------------------------------------- data
-    def training_batches(self, *, generator: torch.Generator) -> Iterator[torch.Tensor]:
-        return self.source.batches(
+    def training_batches(self, *, generator: torch.Generator, cell: int = 0) -> Iterator[torch.Tensor]:
+        return self.cell_source(cell).batches(
             self.options.batch_size, self.options.batches_per_generation, generator=generator
         )
 
-    def train_discriminator_at(self, step: int) -> bool:
+    def batches_per_generation(self, cell: int) -> int:
+        return self.options.batches_per_generation or len(self.cell_source(cell)) // self.options.batch_size
+
+    def train_discriminator_at(self, step: int, *, cell: int = 0, generation: int = 1) -> bool:
         return step % (self.options.d_skip + 1) == 0
 
-    def train_generator_at(self, step: int) -> bool:
-        return step % self.options.critic_steps == self.options.critic_steps - 1
+    def train_generator_at(self, step: int, *, cell: int = 0, generation: int = 1) -> bool:
+        schedule = self.options.critic_schedule()
+        if schedule is None:
+            return step % self.options.critic_steps == self.options.critic_steps - 1
+        return schedule.generator_trains_at((generation - 1) * self.batches_per_generation(cell) + step)
 
-    def fitness_batch(self, *, generator: torch.Generator) -> torch.Tensor:
-        return self.source.sample(self.options.fitness_samples, generator=generator)
+    def fitness_batch(self, *, generator: torch.Generator, cell: int = 0) -> torch.Tensor:
+        # Lipizzaner draws fitness samples from the cell's own (dieted) loader too.
+        return self.cell_source(cell).sample(self.options.fitness_samples, generator=generator)
 
     # -------------------------------------------------------------------------------- fitness
     def fitness(
@@ -226,6 +305,10 @@ class GanProblem(Problem[GanOptions]):
         loss = self.loss.discriminator_loss(attacker.network(real), attacker.network(fake))
         loss.backward()
         attacker.optimizer.step()
+        if self.options.clip_weights:  # WGAN keeps the critic Lipschitz by clipping its weights
+            with torch.no_grad():
+                for parameter in attacker.network.parameters():
+                    parameter.clamp_(-self.options.clip_weights, self.options.clip_weights)
 
     def discriminator_logits(
         self, discriminator: nn.Module, generator_net: nn.Module, z: torch.Tensor, real: torch.Tensor
@@ -253,6 +336,35 @@ class GanProblem(Problem[GanOptions]):
         samples = torch.cat(parts)
         order = torch.randperm(samples.shape[0], generator=generator)[:n].to(samples.device)
         return samples[order]
+
+    def ensemble_scorer(
+        self, generators: Sequence[nn.Module], seeds: Sequence[int], *, samples: int = 0
+    ) -> Callable[[Sequence[float]], dict[str, float]]:
+        """Each generator's ``n`` samples are drawn once, on noise from its own seed; a weight vector
+        takes the first ``counts[i]`` of generator ``i``'s (exact proportions by largest remainders, or a
+        multinomial draw on a fixed seed), so candidates differ in their weights alone."""
+        n = samples or self.options.score_samples
+        pools = [
+            self.mixture_samples([network], [1.0], n, generator=torch.Generator().manual_seed(seed))
+            for network, seed in zip(generators, seeds, strict=True)
+        ]
+
+        def score(weights: Sequence[float]) -> dict[str, float]:
+            w = torch.tensor(weights, dtype=torch.float64)
+            if self.options.mixture_sampling == "exact_proportion":
+                exact = w / w.sum() * n
+                counts = exact.floor().long()
+                remainder = n - int(counts.sum())
+                counts[torch.argsort(exact - counts, descending=True, stable=True)[:remainder]] += 1
+            else:
+                draws = torch.multinomial(
+                    w.float(), n, replacement=True, generator=torch.Generator().manual_seed(seeds[0])
+                )
+                counts = torch.bincount(draws, minlength=len(pools))
+            parts = [pool[:count] for pool, count in zip(pools, counts.tolist(), strict=True)]
+            return self.metric.score(torch.cat(parts))
+
+        return score
 
     def evaluate(
         self, generators: Sequence[nn.Module], weights: Sequence[float], *, generator: torch.Generator

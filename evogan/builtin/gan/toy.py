@@ -13,7 +13,7 @@ import torch
 from pydantic import Field
 from torch import nn
 
-from evogan.api import ComponentOptions, Dataset, DataSource, Metric, Networks, Role
+from evogan.api import ComponentOptions, Dataset, DatasetOptions, DataSource, Metric, Networks, Role
 from evogan.builtin.gan.data import TensorSource
 from evogan.errors import UserError
 
@@ -27,7 +27,7 @@ class MixtureSource(TensorSource):
         self.std = std
 
 
-class MixtureOptions(ComponentOptions):
+class MixtureOptions(DatasetOptions):
     samples: int = Field(10_000, ge=1, description="real samples drawn once for the run")
     std: float = Field(0.02, gt=0, description="standard deviation of each mode")
     seed: int = Field(0, ge=0, description="seed of the real data (independent of the run's seed)")
