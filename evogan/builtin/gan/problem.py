@@ -27,6 +27,7 @@ from evogan.api import (
     Problem,
     ProblemContext,
     Role,
+    StackedTraining,
 )
 from evogan.errors import UserError
 from evogan.individual import Individual
@@ -45,6 +46,14 @@ def evaluating(*networks: nn.Module) -> Iterator[None]:
     finally:
         for network, mode in zip(networks, modes, strict=True):
             network.train(mode)
+
+
+def batch_dependent(network: nn.Module) -> str:
+    """The name of the first layer whose output for one sample depends on the rest of its batch, or ''."""
+    for name, layer in network.named_modules():
+        if isinstance(layer, nn.modules.batchnorm._BatchNorm):
+            return f"{type(layer).__name__} ({name})"
+    return ""
 
 
 class GanOptions(ComponentOptions):
@@ -72,6 +81,11 @@ class GanOptions(ComponentOptions):
         "exact_proportion", description="how an ensemble splits its samples between generators"
     )
     picture_samples: int = Field(64, ge=1, description="images in a sample grid (2-D data: 1000 points)")
+    d_batch: Literal["auto", "joint", "separate"] = Field(
+        "auto",
+        description="a discriminator step's forward: real and fake as one batch (joint), or one pass each "
+        "(separate, the reference); auto: joint unless D has batch-dependent layers (BatchNorm)",
+    )
 
 
 class GanProblem(Problem[GanOptions]):
@@ -90,6 +104,7 @@ class GanProblem(Problem[GanOptions]):
         self.metric = build_nested(registries, Metric, options.metric)
         self.device = context.device
         self.data: DataSource | None = None
+        self._joint_d: bool | None = None  # decided from the first discriminator (all share one architecture)
 
     # -------------------------------------------------------------------------------- setup
     def setup(self) -> None:
@@ -99,6 +114,13 @@ class GanProblem(Problem[GanOptions]):
                 f"problem.batch_size: {self.options.batch_size} exceeds the dataset's {len(self.data)} samples"
             )
         self.networks.check(self.data.sample_shape)
+        if self.options.d_batch == "joint":
+            dependent = batch_dependent(self.create("discriminator", generator=torch.Generator().manual_seed(0)))
+            if dependent:
+                raise UserError(
+                    f"problem.d_batch: joint needs a discriminator without batch-dependent layers; "
+                    f"{self.options.network.use} has {dependent}"
+                )
         generator = torch.Generator().manual_seed(self.context.seed)
         self.metric.prepare(self.data, self.device, generator=generator)
 
@@ -223,9 +245,34 @@ class GanProblem(Problem[GanOptions]):
         with torch.no_grad():
             fake = defender(z)
         attacker.optimizer.zero_grad(set_to_none=True)
-        loss = self.loss.discriminator_loss(attacker.network(real), attacker.network(fake))
+        if self.joint_discriminator_batch(attacker.network):
+            # One forward of twice the batch: fewer, larger matrix products (same arithmetic per sample).
+            real_logits, fake_logits = attacker.network(torch.cat((real, fake))).split(real.shape[0])
+        else:
+            real_logits, fake_logits = attacker.network(real), attacker.network(fake)
+        loss = self.loss.discriminator_loss(real_logits, fake_logits)
         loss.backward()
         attacker.optimizer.step()
+
+    def joint_discriminator_batch(self, discriminator: nn.Module) -> bool:
+        """Whether a D step runs real and fake as one batch (``d_batch``): only where D's output for a
+        sample does not depend on the rest of its batch."""
+        if self._joint_d is None:
+            self._joint_d = self.options.d_batch == "joint" or (
+                self.options.d_batch == "auto" and not batch_dependent(discriminator)
+            )
+        return self._joint_d
+
+    def stacked_training(
+        self, generators: Sequence[Individual], discriminators: Sequence[Individual]
+    ) -> StackedTraining | str:
+        from evogan.builtin.gan.stacked import StackedGan, unstackable
+
+        for role, individuals in (("generator", generators), ("discriminator", discriminators)):
+            reason = unstackable(role, individuals, self.loss)
+            if reason:
+                return reason
+        return StackedGan(self, generators, discriminators)
 
     def discriminator_logits(
         self, discriminator: nn.Module, generator_net: nn.Module, z: torch.Tensor, real: torch.Tensor
