@@ -20,7 +20,8 @@ from test_run import metrics, run  # pytest puts tests/ on sys.path (rootdir con
 from torch import nn
 
 from evogan.api import Networks, Role
-from evogan.builtin.gan.stacked import Stack
+from evogan.builtin.gan.image_networks import MnistMlp
+from evogan.builtin.gan.stacked import Stack, linear_plan, run_plan
 from evogan.cli import cli
 from evogan.engine.run import build_settings
 from evogan.engine.vectorized import decide
@@ -142,23 +143,58 @@ class BatchNormMlp(Networks):
 
     name: ClassVar[str] = "bn_mlp"
     description: ClassVar[str] = "test network with BatchNorm"
+    norm: ClassVar[type[nn.Module]] = nn.BatchNorm1d
 
     def latent_shape(self) -> tuple[int, ...]:
         return (4,)
 
     def build(self, role: Role, sample_shape: tuple[int, ...], *, generator: torch.Generator) -> nn.Module:
         inputs, outputs = (4, sample_shape[0]) if role == "generator" else (sample_shape[0], 1)
-        network = nn.Sequential(nn.Linear(inputs, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, outputs))
+        network = nn.Sequential(nn.Linear(inputs, 8), self.norm(8), nn.ReLU(), nn.Linear(8, outputs))
         with torch.no_grad():
             for p in network.parameters():
                 p.uniform_(-0.3, 0.3, generator=generator)
         return nn.Sequential(*network, nn.Flatten(0)) if role == "discriminator" else network
 
 
+class LayerNormMlp(BatchNormMlp):
+    """Per-sample normalisation with parameters: not a chain of linear layers, so it runs under vmap."""
+
+    name: ClassVar[str] = "ln_mlp"
+    description: ClassVar[str] = "test network with LayerNorm"
+    norm: ClassVar[type[nn.Module]] = nn.LayerNorm
+
+
 class BatchNormPlugin:
     @hookimpl
     def evogan_register_networks(self, register: Register) -> None:
         register(BatchNormMlp)
+        register(LayerNormMlp)
+
+
+def test_networks_other_than_linear_chains_run_under_vmap_and_match(tiny_recipe) -> None:
+    network = LayerNormMlp(LayerNormMlp.Options()).build("generator", (2,), generator=torch.Generator())
+    assert linear_plan(network) is None
+    path = tiny_recipe(seed=2, generations=2)
+    with registered(BatchNormPlugin()):
+        looped = run(path, LOOPED, 'problem.network={use="ln_mlp"}')
+        vectorised = run(path, VECTORISED, 'problem.network={use="ln_mlp"}')
+    assert "training: vectorised" in log(vectorised)
+    for a, b in zip(metrics(looped), metrics(vectorised), strict=True):
+        assert_close(a, b)
+
+
+def test_the_linear_plan_computes_what_vmap_computes() -> None:
+    networks = MnistMlp(MnistMlp.Options())
+    for role, inputs in (("generator", (5, 64)), ("discriminator", (5, 1, 28, 28))):
+        built = [networks.build(role, (1, 28, 28), generator=torch.Generator().manual_seed(i)) for i in range(3)]
+        plan = linear_plan(built[0])
+        assert plan is not None
+        named = [dict(b.named_parameters()) for b in built]
+        params = {name: torch.stack([n[name] for n in named]) for name in named[0]}
+        x = torch.randn(3, *inputs, generator=torch.Generator().manual_seed(9))
+        expected = torch.stack([b(x[i]) for i, b in enumerate(built)])
+        assert torch.allclose(run_plan(plan, params, x), expected, atol=1e-6)
 
 
 # ------------------------------------------------------------------------------------------ the stack's Adam

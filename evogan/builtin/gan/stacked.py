@@ -64,12 +64,57 @@ def unstackable(role: str, individuals: Sequence[Individual], loss: Loss) -> str
     return ""
 
 
+# Modules without parameters that act on each sample alone: run on (rows x batch) samples at once.
+PER_SAMPLE: tuple[type[nn.Module], ...] = (
+    nn.Identity, nn.Flatten, nn.Unflatten, nn.Tanh, nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.Sigmoid, nn.ELU,
+    nn.GELU, nn.SiLU, nn.Softplus, nn.Hardtanh,
+)  # fmt: skip
+
+
+def linear_plan(network: nn.Module) -> list[tuple[nn.Module, str | None]] | None:
+    """The network as a chain of linear layers (with their parameter prefix) and per-sample modules
+    (prefix None), or None when it is anything else. Such a chain runs as batched matrix products
+    (``baddbmm``) without ``vmap``'s per-call cost, which dominates for small layers on the CPU."""
+    if not isinstance(network, nn.Sequential):
+        return None
+    plan: list[tuple[nn.Module, str | None]] = []
+    for name, module in network.named_children():
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            plan.append((module, name))
+        elif isinstance(module, PER_SAMPLE) or getattr(module, "per_sample", False):
+            plan.append((module, None))
+        else:
+            return None
+    return plan
+
+
+def run_plan(plan: Sequence[tuple[nn.Module, str | None]], params: Params, x: torch.Tensor) -> torch.Tensor:
+    """Every row's network on its own batch: ``x`` is (rows, batch, ...), the result likewise."""
+    rows = x.shape[0]
+    for module, prefix in plan:
+        if prefix is None:
+            y = module(x.reshape(-1, *x.shape[2:]))
+            x = y.reshape(rows, y.shape[0] // rows, *y.shape[1:])
+        else:
+            weight, bias = params[f"{prefix}.weight"], params[f"{prefix}.bias"]
+            flat = x.reshape(rows, -1, x.shape[-1])
+            out = torch.baddbmm(bias.unsqueeze(1), flat, weight.transpose(1, 2))
+            x = out.reshape(*x.shape[:-1], out.shape[-1])
+    return x
+
+
 class Stack:
-    """One role's individuals as stacked parameters with stacked Adam state."""
+    """One role's individuals as stacked parameters with their Adam state.
+
+    Parameters and moments live in flat buffers laid out name by name (each name's block holds every
+    row's tensor), so ``params[name]`` is a contiguous ``(rows, *shape)`` view for the batched forward
+    and each row's slice a contiguous view for its optimizer step. The step is torch's fused Adam kernel
+    once per row (each individual has its own learning rate): the same arithmetic as the looped path.
+    """
 
     def __init__(self, individuals: Sequence[Individual]) -> None:
         self.individuals = list(individuals)
-        self.template = self.individuals[0].network  # functional_call swaps its parameters for the stack's
+        self.template = self.individuals[0].network  # the forward swaps its parameters for the stack's
         self.rows = {id(ind): row for row, ind in enumerate(self.individuals)}
         named = [dict(ind.network.named_parameters()) for ind in self.individuals]
         self.names = list(named[0])
@@ -77,18 +122,33 @@ class Stack:
         self.betas: tuple[float, float] = group["betas"]
         self.eps: float = group["eps"]
         states = [[ind.optimizer.state.get(p, {}) for p in ind.network.parameters()] for ind in self.individuals]
+        blocks = [torch.stack([params[name].detach() for params in named]) for name in self.names]
+        self.flat = torch.cat([block.reshape(-1) for block in blocks])
+        self.exp_avg, self.exp_avg_sq = (
+            torch.cat([
+                torch.stack([st[k][key] if key in st[k] else torch.zeros_like(block[0]) for st in states]).reshape(-1)
+                for k, block in enumerate(blocks)
+            ])
+            for key in ("exp_avg", "exp_avg_sq")
+        )  # fmt: skip
         self.params: Params = {}
-        self.exp_avg: Params = {}
-        self.exp_avg_sq: Params = {}
-        for k, name in enumerate(self.names):
-            values = [params[name].detach() for params in named]
-            self.params[name] = torch.stack(values).requires_grad_(True)
-            for key, into in (("exp_avg", self.exp_avg), ("exp_avg_sq", self.exp_avg_sq)):
-                pairs = zip(states, values, strict=True)
-                into[name] = torch.stack([st[k][key] if key in st[k] else torch.zeros_like(v) for st, v in pairs])
-        device = self.params[self.names[0]].device
-        self.steps = torch.tensor([float(state[0]["step"]) if state[0] else 0.0 for state in states],
-                                  dtype=torch.float64, device=device)  # fmt: skip
+        self._views: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+        offset = 0
+        for name, block in zip(self.names, blocks, strict=True):
+            size = block.numel()
+            weights, exp_avg, exp_avg_sq = (
+                buf[offset : offset + size].view(block.shape) for buf in (self.flat, self.exp_avg, self.exp_avg_sq)
+            )
+            self._views[name] = (weights, exp_avg, exp_avg_sq)
+            self.params[name] = weights.detach().requires_grad_(True)  # a leaf sharing the buffer
+            offset += size
+        device = self.flat.device
+        # one step counter per row and parameter, as the fused kernel wants them (float32 on the device)
+        self.steps = [
+            [torch.tensor(float(st[0]["step"]) if st[0] else 0.0, dtype=torch.float32, device=device)
+             for _ in self.names]
+            for st in states
+        ]  # fmt: skip
 
     def __len__(self) -> int:
         return len(self.individuals)
@@ -97,22 +157,27 @@ class Stack:
         return {name: p.detach() for name, p in self.params.items()}
 
     def adam(self, grads: Sequence[torch.Tensor]) -> None:
-        """One Adam step of every row, each with its own learning rate and step count (torch's Adam
-        arithmetic, bias corrections in float64 as torch computes them)."""
+        """One Adam step of every row with its own learning rate (``hyper["lr"]``) and step count."""
         beta1, beta2 = self.betas
-        lr = torch.tensor([ind.hyper["lr"] for ind in self.individuals], dtype=torch.float64,
-                          device=self.steps.device)  # fmt: skip
-        self.steps += 1
-        step_size = lr / (1 - beta1**self.steps)
-        correction2 = (1 - beta2**self.steps).sqrt()
+        grads = [grad.contiguous() for grad in grads]  # the fused kernel reads each row's slice as flat memory
         with torch.no_grad():
-            for name, grad in zip(self.names, grads, strict=True):
-                param, m, v = self.params[name], self.exp_avg[name], self.exp_avg_sq[name]
-                shape = (-1,) + (1,) * (param.dim() - 1)
-                m.lerp_(grad, 1 - beta1)
-                v.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-                denom = (v.sqrt() / correction2.to(v.dtype).view(shape)).add_(self.eps)
-                param.sub_(m * step_size.to(m.dtype).view(shape) / denom)
+            torch._foreach_add_([step for row in self.steps for step in row], 1.0)
+            for row, individual in enumerate(self.individuals):
+                torch._fused_adam_(
+                    [self._views[name][0][row] for name in self.names],
+                    [grad[row] for grad in grads],
+                    [self._views[name][1][row] for name in self.names],
+                    [self._views[name][2][row] for name in self.names],
+                    [],
+                    self.steps[row],
+                    lr=float(individual.hyper["lr"]),
+                    beta1=beta1,
+                    beta2=beta2,
+                    weight_decay=0.0,
+                    eps=self.eps,
+                    amsgrad=False,
+                    maximize=False,
+                )
 
     def close(self) -> None:
         """Weights into the networks, moments and step counts into each individual's own optimizer."""
@@ -120,14 +185,14 @@ class Stack:
             for row, individual in enumerate(self.individuals):
                 optimizer = individual.optimizer
                 fused = bool(optimizer.param_groups[0].get("fused"))
-                for name, param in individual.network.named_parameters():
-                    param.copy_(self.params[name][row])
-                    step = torch.tensor(float(self.steps[row]), dtype=torch.float32,
-                                        device=param.device if fused else "cpu")  # fmt: skip
+                for k, (name, param) in enumerate(individual.network.named_parameters()):
+                    weights, exp_avg, exp_avg_sq = self._views[name]
+                    param.copy_(weights[row])
+                    step = self.steps[row][k].clone()
                     optimizer.state[param] = {
-                        "step": step,
-                        "exp_avg": self.exp_avg[name][row].clone(),
-                        "exp_avg_sq": self.exp_avg_sq[name][row].clone(),
+                        "step": step if fused else step.cpu(),
+                        "exp_avg": exp_avg[row].clone(),
+                        "exp_avg_sq": exp_avg_sq[row].clone(),
                     }
 
 
@@ -141,6 +206,9 @@ class StackedGan(StackedTraining):
         self.joint = problem.joint_discriminator_batch(self.d.template)
 
     def _forward(self, stack: Stack) -> Callable[[Params, torch.Tensor], torch.Tensor]:
+        plan = linear_plan(stack.template)
+        if plan is not None:
+            return lambda params, x: run_plan(plan, params, x)
         template = stack.template
         return vmap(lambda params, x: functional_call(template, params, (x,)))
 
@@ -206,4 +274,4 @@ class StackedGan(StackedTraining):
         self.d.close()
 
 
-__all__ = ["Stack", "StackedGan", "signature", "unstackable"]
+__all__ = ["PER_SAMPLE", "Stack", "StackedGan", "linear_plan", "run_plan", "signature", "unstackable"]
