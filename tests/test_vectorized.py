@@ -243,3 +243,20 @@ def test_the_stacked_adam_is_torchs_adam_per_row_with_its_own_learning_rate() ->
         ind.optimizer.zero_grad()
         ind.network(x).square().mean().backward()
         ind.optimizer.step()
+
+
+@pytest.mark.slow
+def test_each_worker_trains_its_block_of_cells_vectorised(tiny_recipe) -> None:
+    from test_distributed import launched, records
+
+    path = tiny_recipe(seed=7, generations=2)
+    single = run(path, VECTORISED)
+    workers, _ = launched(path, VECTORISED)
+    for cell in range(4):
+        assert "training: vectorised over the 2 cells of this process" in log(workers, cell)
+    for a, b in zip(records(single), records(workers), strict=True):
+        assert_close(a, b)
+    refused = CliRunner().invoke(
+        cli, ["run", str(path), "--set", VECTORISED, "--set", f"sparsity={SPARSE}", "--workers", "2", "--quiet"]
+    )
+    assert refused.exit_code == 2 and "run.vectorize: true, but sparse cells" in refused.output
