@@ -242,7 +242,9 @@ class StackedGan(StackedTraining):
             logits = self._forward(self.d)(self._opponents(self.d, [f[0][0] for f in faced]), fake)
             losses = vmap(loss_fn)(logits)
         else:  # weighted sums; rows with fewer opponents are padded with weight 0
-            padded = [list(f) + [(f[0][0], 0.0)] * (width - len(f)) for f in faced]
+            # a row with one opponent uses the plain loss (weight 1), as the looped path does
+            padded = [[(f[0][0], 1.0)] + [(f[0][0], 0.0)] * (width - 1) if len(f) == 1 else
+                      list(f) + [(f[0][0], 0.0)] * (width - len(f)) for f in faced]  # fmt: skip
             losses = torch.zeros(len(faced), device=fake.device)
             for k in range(width):
                 weights = torch.tensor([row[k][1] for row in padded], device=fake.device)
