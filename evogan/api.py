@@ -463,7 +463,7 @@ class Loss(Component[OptionsT]):
 
     stackable: ClassVar[bool] = False
     """True when both losses are plain tensor functions of the logits (no random draws, no Python
-    branching on values), so that many individuals' losses can be computed under ``torch.func.vmap``."""
+    branching on values), so that many individuals can train in one batched step (``run.vectorize``)."""
 
     @abc.abstractmethod
     def generator_loss(

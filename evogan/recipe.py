@@ -397,6 +397,11 @@ def validate(data: dict[str, Any], registries: Registries, *, path: Path = Path(
             errors,
             options_path="exchange.options",
         )
+    if "run" in fixed and fixed["run"].vectorize is True:  # what the engine cannot stack, known from the recipe
+        if "sparsity" in choices:
+            errors.append(f"{source}: run.vectorize: true, but sparse cells train one individual at a time")
+        if "exchange" in fixed and fixed["exchange"].every_batches:
+            errors.append(f"{source}: run.vectorize: true, but exchange.every_batches needs cells taking turns")
     if errors:
         raise RecipeError(errors)
     return Recipe(

@@ -120,8 +120,8 @@ def test_what_cannot_be_stacked_is_looped_with_the_reason(tiny_recipe) -> None:
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ((f"sparsity={SPARSE}",), "run.vectorize: true, but sparse cells"),
-        (("exchange.every_batches=2",), "run.vectorize: true, but exchange.every_batches"),
+        ((f"sparsity={SPARSE}",), "run.vectorize: true, but sparse cells train one individual at a time"),
+        (("exchange.every_batches=2",), "run.vectorize: true, but exchange.every_batches needs cells taking"),
         (('problem.loss={use="mustangs"}',), "run.vectorize: true, but loss mustangs is not marked stackable"),
         (('problem.network={use="bn_mlp"}',), "run.vectorize: true, but the generator networks have buffers"),
         (("run.vectorize=1",), 'run.vectorize: must be "auto", true or false'),
@@ -134,8 +134,11 @@ def test_vectorize_true_where_it_cannot_be_done_is_a_one_line_error(
     sets = [item for option in (VECTORISED, *options) for item in ("--set", option)]
     with registered(BatchNormPlugin()):
         result = CliRunner().invoke(cli, ["run", str(path), *sets, "--quiet"], catch_exceptions=False)
+        validated = CliRunner().invoke(cli, ["validate", str(path), *sets])
     assert result.exit_code == 2, result.output
     assert message in result.output and "Traceback" not in result.output
+    if "but sparse" in message or "but exchange" in message or "must be" in message:  # known from the recipe
+        assert validated.exit_code == 2 and message in validated.output
 
 
 class BatchNormMlp(Networks):
@@ -260,3 +263,4 @@ def test_each_worker_trains_its_block_of_cells_vectorised(tiny_recipe) -> None:
         cli, ["run", str(path), "--set", VECTORISED, "--set", f"sparsity={SPARSE}", "--workers", "2", "--quiet"]
     )
     assert refused.exit_code == 2 and "run.vectorize: true, but sparse cells" in refused.output
+

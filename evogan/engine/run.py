@@ -132,6 +132,7 @@ class Driver:
         self.annotate = annotate
         self.info: RunInfo | None = None
         self.vectorize, self.training_note = decide(recipe.run.vectorize, settings, device, len(self.cells))
+        self._unnoted: set[int] = set()
 
     # -------------------------------------------------------------------------------- start
     def start(self, *, resume_at: Mapping[int, int] | None = None) -> RunInfo:
@@ -156,8 +157,7 @@ class Driver:
                 cell.initialise()
         if self.vectorize:
             self._probe_vectorize()
-        for cell in self.cells:
-            self.run_dir.log(cell.index, self.training_note)
+        self._unnoted = {cell.index for cell in self.cells}  # the training note leads each cell's log
         start = min(resume_at.values()) if resume_at else 0
         self.info = RunInfo(
             recipe=self.recipe,
@@ -317,9 +317,11 @@ class Driver:
         extra = dict(self.annotate(cell.index)) if self.annotate is not None else {}
         self.run_dir.append_metrics(record)
         self.run_dir.append_timings({"cell": cell.index, "generation": cell.generation, **timings, **extra})
+        note = f"{self.training_note}\n" if cell.index in self._unnoted else ""  # one write: one line more
+        self._unnoted.discard(cell.index)
         self.run_dir.log(
             cell.index,
-            f"generation={cell.generation} g_loss={record['g_loss']:.4f} d_loss={record['d_loss']:.4f} "
+            f"{note}generation={cell.generation} g_loss={record['g_loss']:.4f} d_loss={record['d_loss']:.4f} "
             f"lr_g={record['lr_g']:.3g} lr_d={record['lr_d']:.3g} mixture_score={record['mixture_score']:.4f}",
         )
         self.pm.hook.evogan_generation_end(

@@ -32,7 +32,6 @@ import torch
 from rich.console import Console
 
 from evogan import recipe as recipes
-from evogan.engine import vectorized
 from evogan.engine.run import RunInfo, build_settings, build_topology
 from evogan.engine.rundir import METRICS_FILE, SUMMARY_FILE, TIMINGS_FILE, RunDirectory, atomic_write
 from evogan.errors import RunFailure, UserError
@@ -71,9 +70,7 @@ def check_launch(prepared: PreparedRun, world: int | None = None) -> int:
     check_devices(recipe.run.device, recipe.run.workers)
     recipes.transport_choice(recipe, prepared.registries, processes=max(2, world or recipe.run.workers))
     # Data, network and metric problems (missing files, image sizes) are found here, not in N workers.
-    settings = build_settings(recipe, prepared.registries, None, torch.device("cpu"))
-    if recipe.run.vectorize is True:  # a recipe that cannot be vectorised is refused before workers start
-        vectorized.decide(True, settings, torch.device("cpu"), 2)
+    build_settings(recipe, prepared.registries, None, torch.device("cpu"))
     return cells
 
 

@@ -1,8 +1,9 @@
 """The GAN problem's training steps for many individuals at once (``run.vectorize``).
 
 The parameters of all generators (and of all discriminators) being trained in a process are stacked
-along a new first dimension, and one step runs every individual through ``torch.func.functional_call``
-under ``torch.func.vmap``: a few batched matrix products instead of one small product per individual.
+along a new first dimension, and one step runs every individual at once: a chain of linear layers and
+per-sample modules as batched matrix products (``baddbmm``), any other network through
+``torch.func.functional_call`` under ``torch.func.vmap``; each row's loss is the loss's own call.
 Each individual keeps its own Adam moments, step count and learning rate (a batched Adam below), its own
 noise (drawn from its cell's stream in the looped path's order) and its own opponent, picked from the
 live stack (its cell's own, being trained) or from the neighbours' frozen copies. The arithmetic is the
@@ -196,6 +197,12 @@ class Stack:
                     }
 
 
+def rowwise(loss: Callable[..., torch.Tensor], *logits: torch.Tensor) -> torch.Tensor:
+    """Each row's loss, by the loss's own call on that row's logits: the looped path's arithmetic, and
+    for the few rows of a process cheaper than ``vmap`` of the loss."""
+    return torch.stack([loss(*row) for row in zip(*logits, strict=True)])
+
+
 class StackedGan(StackedTraining):
     """:class:`~evogan.api.StackedTraining` for :class:`~evogan.builtin.gan.problem.GanProblem`."""
 
@@ -204,8 +211,10 @@ class StackedGan(StackedTraining):
         self.g, self.d = Stack(generators), Stack(discriminators)
         self._frozen: dict[int, Params] = {}  # neighbours' copies: their weights do not change this generation
         self.joint = problem.joint_discriminator_batch(self.d.template)
+        self.forward_g, self.forward_d = self._forward(self.g), self._forward(self.d)
 
-    def _forward(self, stack: Stack) -> Callable[[Params, torch.Tensor], torch.Tensor]:
+    @staticmethod
+    def _forward(stack: Stack) -> Callable[[Params, torch.Tensor], torch.Tensor]:
         plan = linear_plan(stack.template)
         if plan is not None:
             return lambda params, x: run_plan(plan, params, x)
@@ -236,11 +245,11 @@ class StackedGan(StackedTraining):
     ) -> None:
         z = self._noise(real, generators)
         loss_fn = self.problem.loss.generator_loss
-        fake = self._forward(self.g)(self.g.params, z)
+        fake = self.forward_g(self.g.params, z)
         width = max(len(f) for f in faced)
         if width == 1:  # one opponent each: the plain loss, as the looped path computes it
-            logits = self._forward(self.d)(self._opponents(self.d, [f[0][0] for f in faced]), fake)
-            losses = vmap(loss_fn)(logits)
+            logits = self.forward_d(self._opponents(self.d, [f[0][0] for f in faced]), fake)
+            losses = rowwise(loss_fn, logits)
         else:  # weighted sums; rows with fewer opponents are padded with weight 0
             # a row with one opponent uses the plain loss (weight 1), as the looped path does
             padded = [[(f[0][0], 1.0)] + [(f[0][0], 0.0)] * (width - 1) if len(f) == 1 else
@@ -248,8 +257,8 @@ class StackedGan(StackedTraining):
             losses = torch.zeros(len(faced), device=fake.device)
             for k in range(width):
                 weights = torch.tensor([row[k][1] for row in padded], device=fake.device)
-                logits = self._forward(self.d)(self._opponents(self.d, [row[k][0] for row in padded]), fake)
-                losses = losses + weights * vmap(loss_fn)(logits)
+                logits = self.forward_d(self._opponents(self.d, [row[k][0] for row in padded]), fake)
+                losses = losses + weights * rowwise(loss_fn, logits)
         grads = torch.autograd.grad(losses.sum(), [self.g.params[n] for n in self.g.names])
         self.g.adam(grads)
 
@@ -258,16 +267,16 @@ class StackedGan(StackedTraining):
     ) -> None:
         z = self._noise(real, generators)
         with torch.no_grad():
-            fake = self._forward(self.g)(self._opponents(self.g, defenders), z)
+            fake = self.forward_g(self._opponents(self.g, defenders), z)
         batch = torch.stack(list(real))
-        forward = self._forward(self.d)
+        forward = self.forward_d
         if self.joint:
             real_logits, fake_logits = forward(self.d.params, torch.cat((batch, fake), dim=1)).split(
                 batch.shape[1], dim=1
             )
         else:
             real_logits, fake_logits = forward(self.d.params, batch), forward(self.d.params, fake)
-        losses = vmap(self.problem.loss.discriminator_loss)(real_logits, fake_logits)
+        losses = rowwise(self.problem.loss.discriminator_loss, real_logits, fake_logits)
         grads = torch.autograd.grad(losses.sum(), [self.d.params[n] for n in self.d.names])
         self.d.adam(grads)
 
