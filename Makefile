@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 FIRST_PARTY_PLUGINS := $(wildcard plugins/*/pyproject.toml)
 
-.PHONY: install demo test test-slow test-all lint bench clean
+.PHONY: install demo test test-slow test-all lint bench clean gpu-check
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,10 @@ test-all: install
 lint: install
 	$(BIN)/ruff check evogan tests plugins benchmarks
 	$(BIN)/mypy
+
+# On a machine with one CUDA GPU: the gpu-marked tests and the vectorised-cells table for cuda (< 8 min)
+gpu-check: install
+	PYTHON=$(BIN)/python scripts/gpu_check.sh
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -1,18 +1,25 @@
-"""Seconds per generation per cell on Lipizzaner's MNIST settings, with the per-phase split.
+"""Seconds per generation per cell on Lipizzaner's MNIST settings, with the per-phase split, beside the floor.
 
 One generation = 600 batches of 100 (600 generator steps, 300 discriminator steps with d_skip 1), all-vs-all
 fitness on 1,000 samples, one mixture ES step: the paper's MNIST configuration (selection off). The demo
 data has 5,000 digits, so ``problem.batches_per_generation = 600`` loops over it 12 times per generation:
 the same work as one epoch of full MNIST. Cells run one after another in this process.
 
+The floor: in the same run, a plain PyTorch loop (``_floor.py``) does exactly a cell's training arithmetic
+(same networks, loss, fused Adam, batch, steps, threads), in two variants: D on real and fake separately,
+and as one joint batch. Rounds interleave evogan and both floors, so load from other people's jobs hits
+all three alike; the table gives medians over rounds and evogan's training phase as a ratio of the
+faster floor (``vs floor``: 1.00 is the floor; a regression in the engine shows as a larger ratio).
+
 Besides wall time the script records the process's CPU time: on a shared machine wall time grows with
 other people's load, CPU time (at one thread) much less so. ``--clock cpu`` measures the phases in CPU
 seconds too.
 
 Lipizzaner's figures on the same machine class: 13.5 s per iteration on 1x1; 33.3 s per iteration per cell
-on 2x2 (4 processes, one thread each). Target: at most a third.
+on 2x2 (4 processes, one thread each). Target: at most a third; and training within 1.1x of the floor.
 
     nice -n 5 .venv/bin/python benchmarks/iteration_speed.py                 # 1x1 and 2x2, threads 1 and 2
+    nice -n 5 .venv/bin/python benchmarks/iteration_speed.py --sides 1 --threads 1 --rounds 5
     nice -n 5 .venv/bin/python benchmarks/iteration_speed.py --threads 1 --clock cpu   # on a busy machine
 """
 
@@ -28,8 +35,17 @@ import time
 from pathlib import Path
 from typing import Any
 
+import torch
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import run_recipe, timings
+from _floor import floor_generation
+
+from evogan.builtin.gan.problem import GanProblem
+from evogan.engine.run import build_settings, set_threads
+from evogan.plugins import make_plugin_manager
+from evogan.recipe import load as load_recipe
+from evogan.registry import Registries
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "recipes" / "demo.toml"
@@ -37,8 +53,8 @@ PHASES = ("fitness", "selection", "training", "replacement", "mixture", "exchang
 LIPIZZANER = {1: 13.5, 2: 33.3}  # seconds per iteration per cell
 
 
-def measure(side: int, threads: int, args: argparse.Namespace, output: Path) -> dict[str, Any]:
-    overrides = [
+def overrides(side: int, threads: int, args: argparse.Namespace, output: Path) -> list[str]:
+    return [
         f"run.generations={args.generations}",
         f"run.threads={threads}",
         "run.samples_every=0",
@@ -48,14 +64,18 @@ def measure(side: int, threads: int, args: argparse.Namespace, output: Path) -> 
         f"topology.cols={side}",
         "run.workers=1",
         "population.selection=false",  # neurips2018 MNIST configs
-        "problem.batches_per_generation=600",
+        f"problem.batches_per_generation={args.batches}",
         "problem.d_skip=1",  # the paper's MNIST settings, whatever the demo uses
         "problem.fitness_samples=1000",
         "problem.score_samples=1000",
+        f"problem.d_batch={json.dumps(args.d_batch)}",
     ]
+
+
+def measure(side: int, threads: int, args: argparse.Namespace, output: Path) -> dict[str, Any]:
     load_before = os.getloadavg()[0]
     cpu = time.process_time()
-    _, wall, run_dir = run_recipe(RECIPE, overrides)
+    _, wall, run_dir = run_recipe(RECIPE, overrides(side, threads, args, output))
     cpu = time.process_time() - cpu
     rows = timings(run_dir)
     kept = [r for r in rows if r["generation"] > args.warmup] or rows
@@ -78,12 +98,24 @@ def measure(side: int, threads: int, args: argparse.Namespace, output: Path) -> 
     }
 
 
+def floor_problem(threads: int, args: argparse.Namespace, output: Path) -> GanProblem:
+    registries = Registries.from_plugin_manager(make_plugin_manager())
+    recipe = load_recipe(RECIPE, registries, overrides(1, threads, args, output))
+    problem = build_settings(recipe, registries, None, torch.device("cpu")).problem
+    assert isinstance(problem, GanProblem)
+    return problem
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sides", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--generations", type=int, default=2)
     parser.add_argument("--warmup", type=int, default=1, help="generations dropped from the phase means")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (evogan, floors); medians")
+    parser.add_argument("--batches", type=int, default=600, help="batches per generation (paper: 600)")
+    parser.add_argument("--d-batch", default="auto", choices=("auto", "joint", "separate"),
+                        help="evogan's problem.d_batch")
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument(
         "--clock", choices=("wall", "cpu"), default="wall",
@@ -92,21 +124,44 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.clock == "cpu":
-        time.perf_counter = time.process_time  # the engine's phase clock and run_recipe's both read it
+        time.perf_counter = time.process_time  # the engine's phase clock, run_recipe's and the floor's
     output = Path(tempfile.mkdtemp(prefix="evogan-speed-"))
     results = []
     print("| grid | threads | s / generation / cell | fitness | selection | training | replacement | mixture "
-          "| exchange | CPU s / cell-gen (whole run) | Lipizzaner | ratio | load |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| exchange | floor separate | floor joint | vs floor | CPU s / cell-gen (whole run) | Lipizzaner "
+          "| ratio | load |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for side in args.sides:
         for threads in args.threads:
-            r = measure(side, threads, args, output)
+            set_threads(threads)
+            problem = floor_problem(threads, args, output)
+            runs, floors = [], {"separate": [], "joint": []}
+            for round_ in range(args.rounds):
+                runs.append(measure(side, threads, args, output))
+                for variant in floors:
+                    floors[variant].append(floor_generation(
+                        problem, batches=args.batches, d_skip=1, joint=variant == "joint", seed=round_
+                    ))
+            r = runs[0] | {
+                "rounds": args.rounds,
+                "phases": {p: statistics.median(run["phases"][p] for run in runs) for p in PHASES},
+                "s_per_cell_generation": statistics.median(run["s_per_cell_generation"] for run in runs),
+                "s_per_cell_generation_all": [run["s_per_cell_generation"] for run in runs],
+                "cpu_s_per_cell_generation": statistics.median(run["cpu_s_per_cell_generation"] for run in runs),
+                "training_all": [run["phases"]["training"] for run in runs],
+                "floor": {variant: statistics.median(times) for variant, times in floors.items()},
+                "floor_all": floors,
+                "load_1min": [runs[0]["load_1min"][0], os.getloadavg()[0]],
+            }
+            r["vs_floor"] = r["phases"]["training"] / min(r["floor"].values())
             results.append(r)
             phases = " | ".join(f"{r['phases'][p]:.2f}" for p in PHASES)
             ratio = f"{r['s_per_cell_generation'] / r['lipizzaner_s']:.2f}" if r["lipizzaner_s"] else "-"
+            spread = r["s_per_cell_generation_all"]
             print(
-                f"| {r['grid']} | {threads} | {r['s_per_cell_generation']:.2f} ± {r['s_per_cell_generation_sd']:.2f} "
-                f"| {phases} | {r['cpu_s_per_cell_generation']:.2f} | {r['lipizzaner_s'] or '-'} | {ratio} "
+                f"| {r['grid']} | {threads} | {r['s_per_cell_generation']:.2f} ({min(spread):.2f}-{max(spread):.2f}) "
+                f"| {phases} | {r['floor']['separate']:.2f} | {r['floor']['joint']:.2f} | {r['vs_floor']:.2f} "
+                f"| {r['cpu_s_per_cell_generation']:.2f} | {r['lipizzaner_s'] or '-'} | {ratio} "
                 f"| {r['load_1min'][0]:.1f}-{r['load_1min'][1]:.1f} |",
                 flush=True,
             )

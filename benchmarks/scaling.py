@@ -2,6 +2,7 @@
 share of each generation spent in the exchange (timings.jsonl ``exchange`` against all phases).
 
     .venv/bin/python benchmarks/scaling.py [--recipe recipes/demo.toml] [--generations 4] [--batches 10]
+    .venv/bin/python benchmarks/scaling.py --vectorize false true     # workers x vectorised cells
 
 Throughput is measured in steady state, from the end of generation 1 to the end of the run (process
 start-up, rendezvous and the final scoring are left out), with the default threads (``run.threads = 0``:
@@ -48,7 +49,14 @@ class Clock:
 
 
 def run(
-    recipe: Path, cells: int, workers: int, generations: int, batches: int, out: Path, threads: int
+    recipe: Path,
+    cells: int,
+    workers: int,
+    generations: int,
+    batches: int,
+    out: Path,
+    threads: int,
+    vectorize: str = "auto",
 ) -> dict[str, Any]:
     rows, cols = GRIDS[cells]
     clock = Clock()
@@ -63,6 +71,7 @@ def run(
         f"topology.rows={rows}",
         f"topology.cols={cols}",
         f"problem.batches_per_generation={batches}",
+        f"run.vectorize={vectorize if vectorize != 'auto' else json.dumps(vectorize)}",
     ]
     prepared = prepare(recipe, overrides=overrides, pm=make_plugin_manager(extra=[clock]))
     started = time.perf_counter()
@@ -84,6 +93,7 @@ def run(
     return {
         "cells": cells,
         "workers": workers,
+        "vectorize": vectorize,
         "throughput": clock.throughput(),
         "wall": wall,
         "exchange_share": statistics.mean(shares) if shares else float("nan"),
@@ -98,31 +108,37 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=10, help="problem.batches_per_generation")
     parser.add_argument("--cells", type=int, nargs="+", default=[1, 2, 4, 9])
     parser.add_argument("--threads", type=int, default=0, help="run.threads (0: the default)")
+    parser.add_argument(
+        "--vectorize", nargs="+", default=["auto"], choices=("auto", "true", "false"),
+        help="run.vectorize values to compare (each worker trains its block of cells vectorised)",
+    )
     args = parser.parse_args()
     results = []
     with tempfile.TemporaryDirectory() as scratch:
         for cells in args.cells:
             for workers in (1, 2):
-                if workers > cells:
-                    continue
-                result = run(
-                    args.recipe, cells, workers, args.generations, args.batches, Path(scratch), args.threads
-                )
-                results.append(result)
-                print(json.dumps(result), file=sys.stderr, flush=True)
-    single = {r["cells"]: r["throughput"] for r in results if r["workers"] == 1}
+                for vectorize in args.vectorize:
+                    if workers > cells:
+                        continue
+                    result = run(
+                        args.recipe, cells, workers, args.generations, args.batches, Path(scratch), args.threads,
+                        vectorize,
+                    )  # fmt: skip
+                    results.append(result)
+                    print(json.dumps(result), file=sys.stderr, flush=True)
+    single = {(r["cells"], r["vectorize"]): r["throughput"] for r in results if r["workers"] == 1}
     ratio = "parallel efficiency" if args.threads == 1 else "speed-up over 1 worker"
     print(
-        f"| cells | workers | cell-generations/s | {ratio} | s per cell-generation (phases) "
+        f"| cells | workers | vectorize | cell-generations/s | {ratio} | s per cell-generation (phases) "
         "| exchange share of a generation | wall s (incl. start-up) |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for r in results:
         per_worker = r["workers"] if args.threads == 1 else 1
-        efficiency = r["throughput"] / (per_worker * single[r["cells"]])
+        efficiency = r["throughput"] / (per_worker * single[(r["cells"], r["vectorize"])])
         shown = f"{efficiency:.0%}" if args.threads == 1 else f"{efficiency:.2f}x"
         print(
-            f"| {r['cells']} | {r['workers']} | {r['throughput']:.2f} | {shown} | "
+            f"| {r['cells']} | {r['workers']} | {r['vectorize']} | {r['throughput']:.2f} | {shown} | "
             f"{r['generation_s']:.3f} | {r['exchange_share']:.1%} | {r['wall']:.1f} |"
         )
 

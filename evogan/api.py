@@ -242,6 +242,33 @@ class ProblemContext:
     recipe_path: Path | None = None
 
 
+class StackedTraining(abc.ABC):
+    """A problem's training steps for many individuals at once: the cells of one process trained as one
+    batched computation (:mod:`evogan.engine.vectorized`). Made per generation by
+    :meth:`Problem.stacked_training`; it holds the stacked weights and optimizer state until :meth:`close`
+    writes them back into the individuals. Each individual ``i`` of a step is trained exactly as the
+    problem's own ``generator_step``/``discriminator_step`` would train it, with its own learning rate
+    (``hyper["lr"]``) and noise drawn from ``generators[i]`` in order; results agree within float tolerance.
+    """
+
+    @abc.abstractmethod
+    def generator_step(
+        self, faced: Sequence[Faced], real: Sequence[torch.Tensor], generators: Sequence[torch.Generator]
+    ) -> None:
+        """One step of every stacked generator, ``i`` against the discriminators ``faced[i]`` (weighted
+        as ``generator_step`` weighs several) on the batch ``real[i]``."""
+
+    @abc.abstractmethod
+    def discriminator_step(
+        self, defenders: Sequence[Individual], real: Sequence[torch.Tensor], generators: Sequence[torch.Generator]
+    ) -> None:
+        """One step of every stacked discriminator, ``i`` against the generator ``defenders[i]``."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Write the weights and optimizer state back into the individuals."""
+
+
 class Problem(Component[OptionsT]):
     """A two-population coevolution problem: builds the networks, supplies data, losses and metrics.
 
@@ -332,6 +359,13 @@ class Problem(Component[OptionsT]):
         self, attacker: Individual, defender: nn.Module, real: torch.Tensor, *, generator: torch.Generator
     ) -> None:
         raise NotImplementedError
+
+    def stacked_training(
+        self, generators: Sequence[Individual], discriminators: Sequence[Individual]
+    ) -> StackedTraining | str:
+        """These individuals' training as one batched computation, or a one-line reason why it cannot
+        be (then each individual trains on its own, through the steps above)."""
+        return f"problem {self.name} trains one individual at a time"
 
     @abc.abstractmethod
     def discriminator_logits(
@@ -464,6 +498,10 @@ class Loss(Component[OptionsT]):
 
     kind: ClassVar[str] = "loss"
     hook: ClassVar[str] = "evogan_register_losses"
+
+    stackable: ClassVar[bool] = False
+    """True when both losses are plain tensor functions of the logits (no random draws, no Python
+    branching on values), so that many individuals can train in one batched step (``run.vectorize``)."""
 
     @abc.abstractmethod
     def generator_loss(
@@ -622,6 +660,7 @@ __all__ = [
     "Role",
     "Selection",
     "SparsityController",
+    "StackedTraining",
     "Topology",
     "Transport",
     "TransportStats",

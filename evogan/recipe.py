@@ -49,6 +49,12 @@ class RunSection(_Table):
         "machine's cores divided by the worker processes on it, at least 1)",
     )
     max_restarts: int = Field(3, ge=0, description="restarts of the worker group after a worker dies")
+    vectorize: Literal["auto", True, False] = Field(
+        "auto",
+        description="train the cells of a process as one batched computation (stacked networks, vmap); "
+        "auto: on CUDA where supported, looped on the CPU (bitwise equal for any number of cells per "
+        "process); records agree with the looped path within float tolerance",
+    )
     keep_checkpoints: int = Field(
         3, ge=1, description="checkpoints kept per cell (the newest ones); resume picks the newest all cells share"
     )
@@ -61,6 +67,14 @@ class RunSection(_Table):
             "before the first phase has been timed)"
         ),
     )
+
+
+    @field_validator("vectorize", mode="before")
+    @classmethod
+    def _auto_or_bool(cls, value: Any) -> Any:
+        if value == "auto" or isinstance(value, bool):
+            return value
+        raise ValueError(f'must be "auto", true or false (got {value!r})')
 
 
 class PopulationSection(_Table):
@@ -413,6 +427,11 @@ def validate(data: dict[str, Any], registries: Registries, *, path: Path = Path(
             errors,
             options_path="exchange.options",
         )
+    if "run" in fixed and fixed["run"].vectorize is True:  # what the engine cannot stack, known from the recipe
+        if "sparsity" in choices:
+            errors.append(f"{source}: run.vectorize: true, but sparse cells train one individual at a time")
+        if "exchange" in fixed and fixed["exchange"].every_batches:
+            errors.append(f"{source}: run.vectorize: true, but exchange.every_batches needs cells taking turns")
     if errors:
         raise RecipeError(errors)
     return Recipe(

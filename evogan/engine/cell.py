@@ -8,7 +8,7 @@ summarise the neighbourhood, and the cell's DEAP Logbook holds one record per ge
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,6 +76,31 @@ class ExchangeLog:
     def begin_generation(self) -> None:
         self.staleness.clear()
         self.count = 0
+
+
+@dataclass
+class TrainingJob:
+    """One cell's training phase of one generation: who trains, whom they may face, the random streams.
+
+    ``seconds``: the time the phase took, set by whoever trained it (a share, when cells train together).
+    """
+
+    cell: Cell
+    gens: list[Individual]
+    discs: list[Individual]
+    g_opponents: Sequence[Individual]
+    d_opponents: Sequence[Individual]
+    rnd: CellRandom
+    seconds: float = 0.0
+
+
+def finish(phases: Generator[TrainingJob, None, dict[str, float]]) -> dict[str, float]:
+    """Resume a generation after its training phase; its timings."""
+    try:
+        next(phases)
+    except StopIteration as end:
+        return end.value
+    raise RuntimeError("a generation yields one training job")
 
 
 class Cell:
@@ -267,6 +292,17 @@ class Cell:
 
     def step(self) -> dict[str, float]:
         """Run one generation, append its record to :attr:`logbook`; return the per-phase timings (seconds)."""
+        phases = self.generation_phases()
+        job = next(phases)
+        started = time.perf_counter()
+        self.train(job)
+        job.seconds = time.perf_counter() - started
+        return finish(phases)
+
+    def generation_phases(self) -> Generator[TrainingJob, None, dict[str, float]]:
+        """One generation, paused at its training phase: it yields the :class:`TrainingJob`, whoever
+        drives it trains the job (:meth:`train`, or several cells' jobs at once) and sets ``job.seconds``,
+        then resumes it to the end; it returns the per-phase timings and appends the record."""
         self.generation += 1
         settings, problem = self.settings, self.problem
         population = settings.recipe.population
@@ -301,14 +337,16 @@ class Cell:
         if settings.sparsity is not None:  # which Ds are the cell's own; offspring share lineage state
             incumbents = self.discriminators if population.selection else ()
             settings.sparsity.begin_generation(new_g, new_d, incumbents)
+        job = TrainingJob(self, new_g, new_d, g_opponents, d_opponents, rnd)
         self._training = {"generator": new_g, "discriminator": new_d}
         try:
-            self._train(new_g, new_d, g_opponents, d_opponents, rnd)
+            yield job
         finally:
             self._training = None
         for trained in (*new_g, *new_d):
             self._memo.pop(trained.network, None)
-        lap("training")
+        timings["training"] = job.seconds
+        clock = time.perf_counter()  # the driver's time between the yield and now is not this cell's
 
         replaced = self._replace(new_g, new_d, all_g, all_d, real, rnd) if population.selection else {}
         if not population.selection:
@@ -323,6 +361,17 @@ class Cell:
         self._record(all_g, all_d, replaced, mixture_metrics)
         return timings
 
+    def train(self, job: TrainingJob) -> None:
+        """Train one generation's job on its own, individual by individual (the reference path)."""
+        self._train(job.gens, job.discs, job.g_opponents, job.d_opponents, job.rnd)
+
+    def opponents(self, job: TrainingJob) -> tuple[Opponents, Opponents]:
+        """Whom the job's generators and discriminators may face (the pairing draws from these)."""
+        return (
+            Opponents(own=job.discs, neighbourhood=job.g_opponents, weights=self._cell_weights(job.g_opponents)),
+            Opponents(own=job.gens, neighbourhood=job.d_opponents, weights=self._cell_weights(job.d_opponents)),
+        )
+
     def _train(
         self,
         gens: list[Individual],
@@ -335,10 +384,9 @@ class Cell:
         whom they face among their own live opponents and ``g_opponents`` / ``d_opponents``."""
         problem, sparsity, numpy_rng = self.problem, self.settings.sparsity, rnd.numpy
         pairing, mutate = self.settings.pairing, self.settings.mutation.mutate
-        for_g = Opponents(own=discs, neighbourhood=g_opponents, weights=self._cell_weights(g_opponents))
-        for_d = Opponents(own=gens, neighbourhood=d_opponents, weights=self._cell_weights(d_opponents))
+        for_g, for_d = self.opponents(TrainingJob(self, gens, discs, g_opponents, d_opponents, rnd))
         where = {"cell": self.index, "generation": self.generation}
-        for step, real in enumerate(self._batches(rnd)):
+        for step, real in enumerate(self.batches(rnd)):
             if problem.train_generator_at(step, **where):
                 faced = pairing.generator_opponents(for_g, rng=numpy_rng)
                 principal = faced[0][0]
@@ -361,7 +409,7 @@ class Cell:
         if sparsity is not None:
             sparsity.end_generation(gens, discs)
 
-    def _batches(self, rnd: CellRandom) -> Iterator[torch.Tensor]:
+    def batches(self, rnd: CellRandom) -> Iterator[torch.Tensor]:
         """The problem's batches, with :attr:`between_batches` called every ``exchange.every_batches``
         batches (never before the first or after the last). It draws no random numbers."""
         every = self.settings.recipe.exchange.every_batches
@@ -517,4 +565,4 @@ class Cell:
         self.mixture = {int(c): float(w) for c, w in state["mixture"].items()}
 
 
-__all__ = ["Cell", "CellSettings", "ExchangeLog"]
+__all__ = ["Cell", "CellSettings", "ExchangeLog", "TrainingJob", "finish"]

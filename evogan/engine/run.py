@@ -27,9 +27,10 @@ from evogan.api import (
     Topology,
     Transport,
 )
-from evogan.engine.cell import Cell, CellSettings
+from evogan.engine.cell import Cell, CellSettings, finish
 from evogan.engine.lockstep import Pause, run_in_turns
 from evogan.engine.rundir import RunDirectory, writing
+from evogan.engine.vectorized import decide, train_together
 from evogan.errors import UserError
 from evogan.recipe import Recipe
 from evogan.registry import Registries
@@ -130,6 +131,8 @@ class Driver:
         self.device, self.workers, self.summarise, self.drives = device, workers, summarise, drives
         self.annotate = annotate
         self.info: RunInfo | None = None
+        self.vectorize, self.training_note = decide(recipe.run.vectorize, settings, device, len(self.cells))
+        self._unnoted: set[int] = set()
 
     # -------------------------------------------------------------------------------- start
     def start(self, *, resume_at: Mapping[int, int] | None = None) -> RunInfo:
@@ -152,6 +155,9 @@ class Driver:
         else:
             for cell in self.cells:
                 cell.initialise()
+        if self.vectorize:
+            self._probe_vectorize()
+        self._unnoted = {cell.index for cell in self.cells}  # the training note leads each cell's log
         start = min(resume_at.values()) if resume_at else 0
         self.info = RunInfo(
             recipe=self.recipe,
@@ -210,10 +216,25 @@ class Driver:
     def progress(self, phase: str, *, expected: float = 0.0) -> None:
         """Where the loop is and how long that may take (seconds); a runtime's watchdog listens."""
 
+    def _probe_vectorize(self) -> None:
+        """Ask the problem whether it can stack these cells' networks; ``true`` where it cannot is an error."""
+        gens = [g for cell in self.cells for g in cell.generators]
+        discs = [d for cell in self.cells for d in cell.discriminators]
+        probe = self.settings.problem.stacked_training(gens, discs)
+        if isinstance(probe, str):
+            if self.recipe.run.vectorize is True:
+                raise UserError(f"run.vectorize: true, but {probe}")
+            self.vectorize, self.training_note = False, f"training: looped ({probe})"
+        # A stack that trained nothing is dropped: it holds copies, the individuals are untouched.
+
     def step_cells(self, cells: Sequence[Cell]) -> None:
         """One generation of each of ``cells`` (least advanced first). With exchanges inside the
         generation, cells at the same generation take turns between those exchanges (see
-        :mod:`evogan.engine.lockstep`); otherwise they run one after another."""
+        :mod:`evogan.engine.lockstep`); vectorised, they train together (:mod:`evogan.engine.vectorized`);
+        otherwise they run one after another."""
+        if self.vectorize:
+            self.step_together(cells)
+            return
         if not self.recipe.exchange.every_batches:
             for cell in cells:
                 self.step_cell(cell)
@@ -245,8 +266,26 @@ class Driver:
         spent[1] += resumed - published  # other cells' turns: not this cell's time
         self.progress("train")
 
-    def step_cell(self, cell: Cell, pause: Pause | None = None) -> None:
-        """One generation of ``cell``; ``pause`` (given when taking turns) yields to the other cells."""
+    def step_together(self, cells: Sequence[Cell]) -> None:
+        """One generation of each of ``cells``, their training phases as one batched computation (cells
+        at the same generation together; each generation's phases before and after training per cell)."""
+        for generation in sorted({cell.generation for cell in cells}):
+            group = [cell for cell in cells if cell.generation == generation]
+            exchanged = [self.gather(cell) for cell in group]
+            phases = [cell.generation_phases() for cell in group]
+            jobs = [next(phase) for phase in phases]
+            declined = train_together(jobs)
+            if declined:  # the problem refused these individuals (checked at start: should not happen)
+                self.run_dir.log(group[0].index, f"training: looped this generation ({declined})")
+                for job in jobs:
+                    started = time.perf_counter()
+                    job.cell.train(job)
+                    job.seconds = time.perf_counter() - started
+            for cell, phase, seconds in zip(group, phases, exchanged, strict=True):
+                self.finish_step(cell, finish(phase), seconds, [0.0, 0.0])
+
+    def gather(self, cell: Cell) -> float:
+        """Gather and adopt the neighbours' models for ``cell``'s next generation; the seconds it took."""
         exchange = self.recipe.exchange
         self.progress("exchange", expected=exchange.timeout)
         started = time.perf_counter()
@@ -264,6 +303,11 @@ class Driver:
             run=self.info, cell=cell.index, generation=cell.generation + 1, received=accepted
         )
         self.progress("train")
+        return exchange_seconds
+
+    def step_cell(self, cell: Cell, pause: Pause | None = None) -> None:
+        """One generation of ``cell``; ``pause`` (given when taking turns) yields to the other cells."""
+        exchange_seconds = self.gather(cell)
         spent = [0.0, 0.0]
         if pause is not None:
             cell.between_batches = lambda batches: self._exchange_inside(cell, batches, pause, spent)
@@ -271,6 +315,11 @@ class Driver:
             timings = cell.step()
         finally:
             cell.between_batches = None
+        self.finish_step(cell, timings, exchange_seconds, spent)
+
+    def finish_step(self, cell: Cell, timings: dict[str, float], exchange_seconds: float, spent: list[float]) -> None:
+        """Publish, record, log, fire the generation's hook, checkpoint and draw as the recipe asks.
+        ``spent``: seconds exchanging inside the generation and waiting for other cells' turns."""
         record = cell.logbook[-1]  # the generation's record: metrics.jsonl, the log and the hook get it
         started = time.perf_counter()
         self.transport.publish(cell.index, cell.message())
@@ -279,9 +328,11 @@ class Driver:
         extra = dict(self.annotate(cell.index)) if self.annotate is not None else {}
         self.run_dir.append_metrics(record)
         self.run_dir.append_timings({"cell": cell.index, "generation": cell.generation, **timings, **extra})
+        note = f"{self.training_note}\n" if cell.index in self._unnoted else ""  # one write: one line more
+        self._unnoted.discard(cell.index)
         self.run_dir.log(
             cell.index,
-            f"generation={cell.generation} g_loss={record['g_loss']:.4f} d_loss={record['d_loss']:.4f} "
+            f"{note}generation={cell.generation} g_loss={record['g_loss']:.4f} d_loss={record['d_loss']:.4f} "
             f"lr_g={record['lr_g']:.3g} lr_d={record['lr_d']:.3g} mixture_score={record['mixture_score']:.4f}",
         )
         self.pm.hook.evogan_generation_end(

@@ -144,6 +144,7 @@ def run_worker(
     print(f"worker rank {env.rank} cells {mine[0]}-{mine[-1]}: {threads} torch threads ({why})", flush=True)
     check_devices(recipe.run.device, env.local_world)
     device = pick_device(recipe.run.device, env.local_rank)
+    print(f"worker rank {env.rank} local rank {env.local_rank}: device {device}", flush=True)
     fault = Fault.parse(os.environ[FAULT_ENV]) if os.environ.get(FAULT_ENV) and env.restart == 0 else None
     if fault is not None and fault.cell in mine and fault.generation > 0:
         pm.register(FaultPlugin(fault))

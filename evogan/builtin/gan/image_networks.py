@@ -49,12 +49,16 @@ def _materialise(module: nn.Module, generator: torch.Generator, *, dcgan: bool) 
 class _Logits(nn.Module):
     """Flattens a discriminator's (N, 1, ...) output to one logit per sample."""
 
+    per_sample = True  # acts on each sample alone (stacked training runs it on all rows at once)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x.reshape(x.shape[0])
 
 
 class _Image(nn.Module):
     """Reshapes flat generator output to images."""
+
+    per_sample = True  # acts on each sample alone (stacked training runs it on all rows at once)
 
     def __init__(self, shape: tuple[int, ...]) -> None:
         super().__init__()
@@ -66,6 +70,8 @@ class _Image(nn.Module):
 
 class _Noise(nn.Module):
     """Accepts flat (N, z) noise as well as (N, z, 1, 1) for the conv generators."""
+
+    per_sample = True  # acts on each sample alone (stacked training runs it on all rows at once)
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         return z.reshape(z.shape[0], -1, 1, 1)

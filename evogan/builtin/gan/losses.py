@@ -14,6 +14,7 @@ class BCE(Loss):
     """Binary cross-entropy; the generator uses the non-saturating form BCE(D(G(z)), 1) (Goodfellow 2014)."""
 
     name: ClassVar[str] = "bce"
+    stackable: ClassVar[bool] = True
     description: ClassVar[str] = "binary cross-entropy, non-saturating generator loss"
 
     def generator_loss(
@@ -55,6 +56,7 @@ class LeastSquares(Loss):
     """Least squares on D's probability, as Lipizzaner's MSE loss (Mao et al. 2017 use raw outputs)."""
 
     name: ClassVar[str] = "mse"
+    stackable: ClassVar[bool] = True
     description: ClassVar[str] = "least-squares GAN loss on sigmoid outputs"
 
     def generator_loss(
@@ -70,6 +72,7 @@ class Hinge(Loss):
     """Hinge loss (Lim and Ye 2017; SNGAN, ADAPT): D maximises margins, G raises the fake logit."""
 
     name: ClassVar[str] = "hinge"
+    stackable: ClassVar[bool] = True
     description: ClassVar[str] = "hinge loss (SNGAN / ADAPT)"
 
     def generator_loss(

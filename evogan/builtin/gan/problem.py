@@ -28,6 +28,7 @@ from evogan.api import (
     Problem,
     ProblemContext,
     Role,
+    StackedTraining,
 )
 from evogan.builtin.gan.schedule import CriticSchedule
 from evogan.errors import UserError
@@ -48,6 +49,17 @@ def evaluating(*networks: nn.Module) -> Iterator[None]:
     finally:
         for network, mode in zip(networks, modes, strict=True):
             network.train(mode)
+
+
+FITNESS_GROUP_ELEMENTS = 1 << 23  # input values per discriminator forward in fitness (32 MB of float32)
+
+
+def batch_dependent(network: nn.Module) -> str:
+    """The name of the first layer whose output for one sample depends on the rest of its batch, or ''."""
+    for name, layer in network.named_modules():
+        if isinstance(layer, nn.modules.batchnorm._BatchNorm):
+            return f"{type(layer).__name__} ({name})"
+    return ""
 
 
 class GanOptions(ComponentOptions):
@@ -92,6 +104,11 @@ class GanOptions(ComponentOptions):
         "exact_proportion", description="how an ensemble splits its samples between generators"
     )
     picture_samples: int = Field(64, ge=1, description="images in a sample grid (2-D data: 1000 points)")
+    d_batch: Literal["auto", "joint", "separate"] = Field(
+        "auto",
+        description="a discriminator step's forward: real and fake as one batch (joint), or one pass each "
+        "(separate, the reference); auto: joint unless D has batch-dependent layers (BatchNorm)",
+    )
 
     @model_validator(mode="after")
     def _burst_counts_batches(self) -> GanOptions:
@@ -124,6 +141,7 @@ class GanProblem(Problem[GanOptions]):
         self.device = context.device
         self.data: DataSource | None = None
         self._cell_data: dict[int, DataSource] = {}  # each cell's share under data dieting
+        self._joint_d: bool | None = None  # decided from the first discriminator (all share one architecture)
 
     # -------------------------------------------------------------------------------- setup
     def setup(self) -> None:
@@ -147,6 +165,13 @@ class GanProblem(Problem[GanOptions]):
                     f"problem.data.sampling_ratio: dataset {self.options.data.use} cannot serve a share "
                     "of its samples"
                 ) from None
+        if self.options.d_batch == "joint":
+            dependent = batch_dependent(self.create("discriminator", generator=torch.Generator().manual_seed(0)))
+            if dependent:
+                raise UserError(
+                    f"problem.d_batch: joint needs a discriminator without batch-dependent layers; "
+                    f"{self.options.network.use} has {dependent}"
+                )
         generator = torch.Generator().manual_seed(self.context.seed)
         self.metric.prepare(self.data, self.device, generator=generator)
 
@@ -249,14 +274,19 @@ class GanProblem(Problem[GanOptions]):
         score_g, score_d = "generator" in score, "discriminator" in score
         memo = {} if memo is None else memo
         with evaluating(*generators, *discriminators):
+            # In eval mode every layer acts per sample (BatchNorm uses its running statistics), so a
+            # discriminator scores several generators' fakes in one forward: fewer, larger products
+            # (in groups of at most FITNESS_GROUP_ELEMENTS input values, so large images stay bounded).
             fakes = [g(z) for g in generators]
+            group = max(1, FITNESS_GROUP_ELEMENTS // fakes[0].numel()) if fakes else 1
+            groups = [torch.cat(fakes[start : start + group]) for start in range(0, len(fakes), group)]
             for j, d in enumerate(discriminators):
                 if score_d:  # D(real) only enters the discriminator's loss
                     if d not in memo:
                         memo[d] = d(real)
                     real_logits = memo[d]
-                for i, fake in enumerate(fakes):
-                    fake_logits = d(fake)
+                all_logits = [part for batch in groups for part in d(batch).split(z.shape[0])]
+                for i, fake_logits in enumerate(all_logits):
                     if score_g:
                         g_loss[i, j] = self.loss.generator_loss(fake_logits)
                     if score_d:
@@ -302,13 +332,40 @@ class GanProblem(Problem[GanOptions]):
         with torch.no_grad():
             fake = defender(z)
         attacker.optimizer.zero_grad(set_to_none=True)
-        loss = self.loss.discriminator_loss(attacker.network(real), attacker.network(fake))
+        if self.joint_discriminator_batch(attacker.network):
+            # One forward of twice the batch: fewer, larger matrix products (same arithmetic per sample).
+            real_logits, fake_logits = attacker.network(torch.cat((real, fake))).split(real.shape[0])
+        else:
+            real_logits, fake_logits = attacker.network(real), attacker.network(fake)
+        loss = self.loss.discriminator_loss(real_logits, fake_logits)
         loss.backward()
         attacker.optimizer.step()
         if self.options.clip_weights:  # WGAN keeps the critic Lipschitz by clipping its weights
             with torch.no_grad():
                 for parameter in attacker.network.parameters():
                     parameter.clamp_(-self.options.clip_weights, self.options.clip_weights)
+
+    def joint_discriminator_batch(self, discriminator: nn.Module) -> bool:
+        """Whether a D step runs real and fake as one batch (``d_batch``): only where D's output for a
+        sample does not depend on the rest of its batch."""
+        if self._joint_d is None:
+            self._joint_d = self.options.d_batch == "joint" or (
+                self.options.d_batch == "auto" and not batch_dependent(discriminator)
+            )
+        return self._joint_d
+
+    def stacked_training(
+        self, generators: Sequence[Individual], discriminators: Sequence[Individual]
+    ) -> StackedTraining | str:
+        from evogan.builtin.gan.stacked import StackedGan, unstackable
+
+        if self.options.clip_weights:
+            return "problem.clip_weights: the stacked discriminator step does not clip weights"
+        for role, individuals in (("generator", generators), ("discriminator", discriminators)):
+            reason = unstackable(role, individuals, self.loss)
+            if reason:
+                return reason
+        return StackedGan(self, generators, discriminators)
 
     def discriminator_logits(
         self, discriminator: nn.Module, generator_net: nn.Module, z: torch.Tensor, real: torch.Tensor

@@ -36,12 +36,16 @@ _INIT_POWER_ITERATIONS = 15
 class _Logits(nn.Module):
     """One raw logit per sample: (N, 1) -> (N,)."""
 
+    per_sample = True  # acts on each sample alone (stacked training runs it on all rows at once)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x.reshape(x.shape[0])
 
 
 class _Reshape(nn.Module):
     """Flat (N, C*H*W) -> (N, C, H, W) after the generator's first linear layer."""
+
+    per_sample = True  # acts on each sample alone (stacked training runs it on all rows at once)
 
     def __init__(self, channels: int, side: int) -> None:
         super().__init__()
@@ -53,6 +57,8 @@ class _Reshape(nn.Module):
 
 class _Flat(nn.Module):
     """Accepts (N, z) as well as (N, z, 1, 1) noise."""
+
+    per_sample = True  # acts on each sample alone (stacked training runs it on all rows at once)
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         return z.reshape(z.shape[0], -1)

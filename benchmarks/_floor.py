@@ -1,0 +1,65 @@
+"""The floor under evogan's training phase: a plain PyTorch loop doing exactly a cell's arithmetic.
+
+Same networks (built by the recipe's problem, so the same architecture and initialisation), loss (BCE),
+optimizer (Adam, fused, the problem's betas and learning rate), batch, data, steps and thread count; no
+engine: no individuals, pairing, mutation or hooks. Two variants of the discriminator step: ``separate``
+(D on the real batch, then on the fake one, as evogan's reference path) and ``joint`` (one forward of both
+batches concatenated, valid only without batch-dependent layers).
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.nn.functional as F
+
+from evogan.builtin.gan.problem import GanProblem
+
+
+def floor_generation(
+    problem: GanProblem, *, batches: int, d_skip: int, joint: bool, seed: int, warmup: int = 10
+) -> float:
+    """Seconds for ``batches`` steps (G every step, D every ``d_skip + 1``-th), after ``warmup`` steps."""
+    options = problem.options
+    data: torch.Tensor = problem.source.samples  # type: ignore[attr-defined]  # a TensorSource
+    latent = problem.networks.latent_shape()
+    size = options.batch_size
+    generator = torch.Generator().manual_seed(seed)
+    g_net = problem.create("generator", generator=generator)
+    d_net = problem.create("discriminator", generator=generator)
+    adam = {"lr": options.learning_rate, "betas": options.betas, "fused": True}
+    g_opt = torch.optim.Adam(g_net.parameters(), **adam)
+    d_opt = torch.optim.Adam(d_net.parameters(), **adam)
+    ones, zeros = torch.ones(size), torch.zeros(size)
+    per_pass = data.shape[0] // size
+    order = torch.randperm(data.shape[0], generator=generator)
+    started = 0.0
+    for step in range(warmup + batches):
+        if step == warmup:
+            started = time.perf_counter()
+        if step % per_pass == 0:
+            order = torch.randperm(data.shape[0], generator=generator)
+        start = (step % per_pass) * size
+        real = data.index_select(0, order[start : start + size])
+        z = torch.randn(size, *latent, generator=generator)
+        d_net.requires_grad_(False)
+        g_opt.zero_grad(set_to_none=True)
+        F.binary_cross_entropy_with_logits(d_net(g_net(z)), ones).backward()
+        g_opt.step()
+        d_net.requires_grad_(True)
+        if step % (d_skip + 1):
+            continue
+        z = torch.randn(size, *latent, generator=generator)
+        with torch.no_grad():
+            fake = g_net(z)
+        d_opt.zero_grad(set_to_none=True)
+        if joint:
+            real_logits, fake_logits = d_net(torch.cat((real, fake))).split(size)
+        else:
+            real_logits, fake_logits = d_net(real), d_net(fake)
+        loss = F.binary_cross_entropy_with_logits(real_logits, ones)
+        loss = loss + F.binary_cross_entropy_with_logits(fake_logits, zeros)
+        loss.backward()
+        d_opt.step()
+    return time.perf_counter() - started

@@ -1,0 +1,123 @@
+"""Vectorised cells: cell-generations per second for 1, 4, 9 and 16 cells in one process, looped against
+vectorised (``run.vectorize``), per thread count and device.
+
+Each configuration runs a 1x1, 2x2, 3x3 or 4x4 torus in this process; throughput counts the
+cell-generations after the warm-up generation against the sum of their phase times (``timings.jsonl``:
+fitness, selection, training, replacement, mixture, exchange), so process start-up and the final
+scoring stay out. Rounds interleave looped and vectorised runs, so other people's load hits both alike;
+the table gives medians over rounds and the speed-up (vectorised / looped).
+
+Two workloads: ``toy`` (the 2-D ring, Lipizzaner's toy perceptrons: 64-128-128-2 / 2-128-128-1, batch 100,
+launch-bound) and ``mnist`` (the paper's MNIST MLPs on the demo digits, batch 100, matmul-bound).
+
+    nice -n 5 .venv/bin/python benchmarks/vectorized.py                        # toy, CPU, threads 1 and 2
+    nice -n 5 .venv/bin/python benchmarks/vectorized.py --workload mnist --batches 30 --threads 1
+    .venv/bin/python benchmarks/vectorized.py --device cuda --workload mnist --cells 1 4 9 16 --threads 0
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import run_recipe, timings
+
+ROOT = Path(__file__).resolve().parents[1]
+PHASES = ("fitness", "selection", "training", "replacement", "mixture", "exchange")
+SIDES = {1: 1, 4: 2, 9: 3, 16: 4}
+WORKLOADS = {
+    "toy": (
+        ROOT / "evogan" / "testing" / "tiny.toml",
+        [
+            "problem.network.latent_size=64",
+            "problem.network.hidden=128",
+            "problem.batch_size=100",
+            "problem.fitness_samples=1000",
+            "problem.score_samples=1000",
+            "problem.data.samples=10000",
+        ],
+    ),
+    "mnist": (ROOT / "recipes" / "demo.toml", ["problem.fitness_samples=500", "problem.score_samples=500"]),
+}
+
+
+def measure(cells: int, vectorize: bool, threads: int, args: argparse.Namespace, output: Path) -> dict[str, Any]:
+    recipe, extra = WORKLOADS[args.workload]
+    side = SIDES[cells]
+    overrides = [
+        *extra,
+        f"run.generations={args.generations}",
+        f"run.threads={threads}",
+        f"run.device={json.dumps(args.device)}",
+        f"run.vectorize={'true' if vectorize else 'false'}",
+        "run.samples_every=0",
+        "run.checkpoint_every=0",
+        f"run.output_dir={json.dumps(str(output))}",
+        "run.workers=1",
+        f"topology.rows={side}",
+        f"topology.cols={side}",
+        "population.selection=false",
+        'pairing={use="g_neighbourhood"}',
+        f"problem.batches_per_generation={args.batches}",
+    ]
+    _, _, run_dir = run_recipe(recipe, overrides)
+    kept = [r for r in timings(run_dir) if r["generation"] > 1]
+    seconds = sum(r.get(p, 0.0) for r in kept for p in PHASES)
+    training = sum(r["training"] for r in kept)
+    return {"per_s": len(kept) / seconds, "training_per_s": len(kept) / training}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workload", choices=tuple(WORKLOADS), default="toy")
+    parser.add_argument("--cells", type=int, nargs="+", default=[1, 4, 9, 16], choices=tuple(SIDES))
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="0: torch's default")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--generations", type=int, default=3, help="per run; the first is dropped")
+    parser.add_argument("--batches", type=int, default=50, help="training batches per generation")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+    output = Path(tempfile.mkdtemp(prefix="evogan-vectorized-"))
+    print(f"workload {args.workload}, device {args.device}, {args.batches} batches per generation, "
+          f"{args.rounds} interleaved rounds (medians)")
+    print("| cells | threads | looped cell-gen/s | vectorised cell-gen/s | speed-up | training only: speed-up | load |")
+    print("|---|---|---|---|---|---|---|")
+    results = []
+    for threads in args.threads:
+        for cells in args.cells:
+            load = os.getloadavg()[0]
+            rounds: dict[bool, list[dict[str, Any]]] = {False: [], True: []}
+            for _ in range(args.rounds):
+                for vectorize in (False, True):
+                    rounds[vectorize].append(measure(cells, vectorize, threads, args, output))
+            looped, vectorised = (
+                {key: statistics.median(r[key] for r in rounds[v]) for key in ("per_s", "training_per_s")}
+                for v in (False, True)
+            )
+            row = {
+                "cells": cells, "threads": threads, "device": args.device, "workload": args.workload,
+                "looped": looped, "vectorised": vectorised, "rounds": {str(k): v for k, v in rounds.items()},
+                "speedup": vectorised["per_s"] / looped["per_s"],
+                "training_speedup": vectorised["training_per_s"] / looped["training_per_s"],
+                "load_1min": [load, os.getloadavg()[0]],
+            }  # fmt: skip
+            results.append(row)
+            print(
+                f"| {cells} | {threads} | {looped['per_s']:.2f} | {vectorised['per_s']:.2f} | {row['speedup']:.2f} "
+                f"| {row['training_speedup']:.2f} | {load:.1f}-{row['load_1min'][1]:.1f} |",
+                flush=True,
+            )
+            if args.json:
+                args.json.write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()

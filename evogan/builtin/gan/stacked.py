@@ -1,0 +1,288 @@
+"""The GAN problem's training steps for many individuals at once (``run.vectorize``).
+
+The parameters of all generators (and of all discriminators) being trained in a process are stacked
+along a new first dimension, and one step runs every individual at once: a chain of linear layers and
+per-sample modules as batched matrix products (``baddbmm``), any other network through
+``torch.func.functional_call`` under ``torch.func.vmap``; each row's loss is the loss's own call.
+Each individual keeps its own Adam moments, step count and learning rate (a batched Adam below), its own
+noise (drawn from its cell's stream in the looped path's order) and its own opponent, picked from the
+live stack (its cell's own, being trained) or from the neighbours' frozen copies. The arithmetic is the
+looped path's (:meth:`GanProblem.generator_step`, ``discriminator_step``), so records agree with it
+within float tolerance; batched products round differently, so they are not bitwise equal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+import torch
+from torch import nn
+from torch.func import functional_call, vmap
+
+from evogan.api import Faced, Loss, StackedTraining
+from evogan.individual import Individual
+
+if TYPE_CHECKING:
+    from evogan.builtin.gan.problem import GanProblem
+
+Params = dict[str, torch.Tensor]
+
+
+def signature(network: nn.Module) -> tuple[object, ...]:
+    """What must agree for networks to share one stack: module types, parameter names, shapes, dtypes."""
+    return (
+        tuple(type(m).__name__ for m in network.modules()),
+        tuple((n, tuple(p.shape), p.dtype, p.device) for n, p in network.named_parameters()),
+    )
+
+
+def unstackable(role: str, individuals: Sequence[Individual], loss: Loss) -> str:
+    """Why these individuals cannot be trained as one stack ('' when they can)."""
+    if not type(loss).stackable:
+        return f"loss {loss.name} is not marked stackable (it may draw at random or branch on values)"
+    first = individuals[0]
+    if any(True for _ in first.network.buffers()):
+        return f"the {role} networks have buffers (BatchNorm running statistics): not stacked yet"
+    if any(isinstance(m, nn.modules.dropout._DropoutNd) for m in first.network.modules()):
+        return f"the {role} networks use dropout (random draws inside the network)"
+    groups = first.optimizer.param_groups
+    if type(first.optimizer) is not torch.optim.Adam or len(groups) != 1:
+        return f"the {role} optimizer is not a plain torch.optim.Adam with one parameter group"
+    group = groups[0]
+    if group["amsgrad"] or group["weight_decay"] or group["maximize"] or group["capturable"]:
+        return f"the {role} Adam uses amsgrad, weight decay, maximize or capturable"
+    shape = signature(first.network)
+    for other in individuals[1:]:
+        if signature(other.network) != shape:
+            return f"the {role} networks differ in architecture"
+        theirs = other.optimizer.param_groups[0]
+        if type(other.optimizer) is not torch.optim.Adam or (theirs["betas"], theirs["eps"]) != (
+            group["betas"],
+            group["eps"],
+        ):
+            return f"the {role} optimizers differ"
+    return ""
+
+
+# Modules without parameters that act on each sample alone: run on (rows x batch) samples at once.
+PER_SAMPLE: tuple[type[nn.Module], ...] = (
+    nn.Identity, nn.Flatten, nn.Unflatten, nn.Tanh, nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.Sigmoid, nn.ELU,
+    nn.GELU, nn.SiLU, nn.Softplus, nn.Hardtanh,
+)  # fmt: skip
+
+
+def linear_plan(network: nn.Module) -> list[tuple[nn.Module, str | None]] | None:
+    """The network as a chain of linear layers (with their parameter prefix) and per-sample modules
+    (prefix None), or None when it is anything else. Such a chain runs as batched matrix products
+    (``baddbmm``) without ``vmap``'s per-call cost, which dominates for small layers on the CPU."""
+    if not isinstance(network, nn.Sequential):
+        return None
+    plan: list[tuple[nn.Module, str | None]] = []
+    for name, module in network.named_children():
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            plan.append((module, name))
+        elif isinstance(module, PER_SAMPLE) or getattr(module, "per_sample", False):
+            plan.append((module, None))
+        else:
+            return None
+    return plan
+
+
+def run_plan(plan: Sequence[tuple[nn.Module, str | None]], params: Params, x: torch.Tensor) -> torch.Tensor:
+    """Every row's network on its own batch: ``x`` is (rows, batch, ...), the result likewise."""
+    rows = x.shape[0]
+    for module, prefix in plan:
+        if prefix is None:
+            y = module(x.reshape(-1, *x.shape[2:]))
+            x = y.reshape(rows, y.shape[0] // rows, *y.shape[1:])
+        else:
+            weight, bias = params[f"{prefix}.weight"], params[f"{prefix}.bias"]
+            flat = x.reshape(rows, -1, x.shape[-1])
+            out = torch.baddbmm(bias.unsqueeze(1), flat, weight.transpose(1, 2))
+            x = out.reshape(*x.shape[:-1], out.shape[-1])
+    return x
+
+
+class Stack:
+    """One role's individuals as stacked parameters with their Adam state.
+
+    Parameters and moments live in flat buffers laid out name by name (each name's block holds every
+    row's tensor), so ``params[name]`` is a contiguous ``(rows, *shape)`` view for the batched forward
+    and each row's slice a contiguous view for its optimizer step. The step is torch's fused Adam kernel
+    once per row (each individual has its own learning rate): the same arithmetic as the looped path.
+    """
+
+    def __init__(self, individuals: Sequence[Individual]) -> None:
+        self.individuals = list(individuals)
+        self.template = self.individuals[0].network  # the forward swaps its parameters for the stack's
+        self.rows = {id(ind): row for row, ind in enumerate(self.individuals)}
+        named = [dict(ind.network.named_parameters()) for ind in self.individuals]
+        self.names = list(named[0])
+        group = self.individuals[0].optimizer.param_groups[0]
+        self.betas: tuple[float, float] = group["betas"]
+        self.eps: float = group["eps"]
+        states = [[ind.optimizer.state.get(p, {}) for p in ind.network.parameters()] for ind in self.individuals]
+        blocks = [torch.stack([params[name].detach() for params in named]) for name in self.names]
+        self.flat = torch.cat([block.reshape(-1) for block in blocks])
+        self.exp_avg, self.exp_avg_sq = (
+            torch.cat([
+                torch.stack([st[k][key] if key in st[k] else torch.zeros_like(block[0]) for st in states]).reshape(-1)
+                for k, block in enumerate(blocks)
+            ])
+            for key in ("exp_avg", "exp_avg_sq")
+        )  # fmt: skip
+        self.params: Params = {}
+        self._views: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+        offset = 0
+        for name, block in zip(self.names, blocks, strict=True):
+            size = block.numel()
+            weights, exp_avg, exp_avg_sq = (
+                buf[offset : offset + size].view(block.shape) for buf in (self.flat, self.exp_avg, self.exp_avg_sq)
+            )
+            self._views[name] = (weights, exp_avg, exp_avg_sq)
+            self.params[name] = weights.detach().requires_grad_(True)  # a leaf sharing the buffer
+            offset += size
+        device = self.flat.device
+        # one step counter per row and parameter, as the fused kernel wants them (float32 on the device)
+        self.steps = [
+            [torch.tensor(float(st[0]["step"]) if st[0] else 0.0, dtype=torch.float32, device=device)
+             for _ in self.names]
+            for st in states
+        ]  # fmt: skip
+
+    def __len__(self) -> int:
+        return len(self.individuals)
+
+    def detached(self) -> Params:
+        return {name: p.detach() for name, p in self.params.items()}
+
+    def adam(self, grads: Sequence[torch.Tensor]) -> None:
+        """One Adam step of every row with its own learning rate (``hyper["lr"]``) and step count."""
+        beta1, beta2 = self.betas
+        grads = [grad.contiguous() for grad in grads]  # the fused kernel reads each row's slice as flat memory
+        with torch.no_grad():
+            torch._foreach_add_([step for row in self.steps for step in row], 1.0)
+            for row, individual in enumerate(self.individuals):
+                torch._fused_adam_(
+                    [self._views[name][0][row] for name in self.names],
+                    [grad[row] for grad in grads],
+                    [self._views[name][1][row] for name in self.names],
+                    [self._views[name][2][row] for name in self.names],
+                    [],
+                    self.steps[row],
+                    lr=float(individual.hyper["lr"]),
+                    beta1=beta1,
+                    beta2=beta2,
+                    weight_decay=0.0,
+                    eps=self.eps,
+                    amsgrad=False,
+                    maximize=False,
+                )
+
+    def close(self) -> None:
+        """Weights into the networks, moments and step counts into each individual's own optimizer."""
+        with torch.no_grad():
+            for row, individual in enumerate(self.individuals):
+                optimizer = individual.optimizer
+                fused = bool(optimizer.param_groups[0].get("fused"))
+                for k, (name, param) in enumerate(individual.network.named_parameters()):
+                    weights, exp_avg, exp_avg_sq = self._views[name]
+                    param.copy_(weights[row])
+                    step = self.steps[row][k].clone()
+                    optimizer.state[param] = {
+                        "step": step if fused else step.cpu(),
+                        "exp_avg": exp_avg[row].clone(),
+                        "exp_avg_sq": exp_avg_sq[row].clone(),
+                    }
+
+
+def rowwise(loss: Callable[..., torch.Tensor], *logits: torch.Tensor) -> torch.Tensor:
+    """Each row's loss, by the loss's own call on that row's logits: the looped path's arithmetic, and
+    for the few rows of a process cheaper than ``vmap`` of the loss."""
+    return torch.stack([loss(*row) for row in zip(*logits, strict=True)])
+
+
+class StackedGan(StackedTraining):
+    """:class:`~evogan.api.StackedTraining` for :class:`~evogan.builtin.gan.problem.GanProblem`."""
+
+    def __init__(self, problem: GanProblem, generators: Sequence[Individual], discriminators: Sequence[Individual]):
+        self.problem = problem
+        self.g, self.d = Stack(generators), Stack(discriminators)
+        self._frozen: dict[int, Params] = {}  # neighbours' copies: their weights do not change this generation
+        self.joint = problem.joint_discriminator_batch(self.d.template)
+        self.forward_g, self.forward_d = self._forward(self.g), self._forward(self.d)
+
+    @staticmethod
+    def _forward(stack: Stack) -> Callable[[Params, torch.Tensor], torch.Tensor]:
+        plan = linear_plan(stack.template)
+        if plan is not None:
+            return lambda params, x: run_plan(plan, params, x)
+        template = stack.template
+        return vmap(lambda params, x: functional_call(template, params, (x,)))
+
+    def _opponents(self, stack: Stack, chosen: Sequence[Individual]) -> Params:
+        """The stacked parameters of ``chosen[i]`` for every row ``i``: rows of the live stack (whose
+        weights move every step) or frozen copies; no copy when row i faces live row i."""
+        rows = [stack.rows.get(id(ind)) for ind in chosen]
+        if rows == list(range(len(stack))):
+            return stack.detached()
+        sources = []
+        for ind, row in zip(chosen, rows, strict=True):
+            if row is not None:
+                sources.append({name: p[row] for name, p in stack.detached().items()})
+            else:
+                if id(ind) not in self._frozen:
+                    self._frozen[id(ind)] = {n: p.detach() for n, p in ind.network.named_parameters()}
+                sources.append(self._frozen[id(ind)])
+        return {name: torch.stack([source[name] for source in sources]) for name in stack.names}
+
+    def _noise(self, real: Sequence[torch.Tensor], generators: Sequence[torch.Generator]) -> torch.Tensor:
+        return torch.stack([self.problem.noise(r.shape[0], g) for r, g in zip(real, generators, strict=True)])
+
+    def generator_step(
+        self, faced: Sequence[Faced], real: Sequence[torch.Tensor], generators: Sequence[torch.Generator]
+    ) -> None:
+        z = self._noise(real, generators)
+        loss_fn = self.problem.loss.generator_loss
+        fake = self.forward_g(self.g.params, z)
+        width = max(len(f) for f in faced)
+        if width == 1:  # one opponent each: the plain loss, as the looped path computes it
+            logits = self.forward_d(self._opponents(self.d, [f[0][0] for f in faced]), fake)
+            losses = rowwise(loss_fn, logits)
+        else:  # weighted sums; rows with fewer opponents are padded with weight 0
+            # a row with one opponent uses the plain loss (weight 1), as the looped path does
+            padded = [[(f[0][0], 1.0)] + [(f[0][0], 0.0)] * (width - 1) if len(f) == 1 else
+                      list(f) + [(f[0][0], 0.0)] * (width - len(f)) for f in faced]  # fmt: skip
+            losses = torch.zeros(len(faced), device=fake.device)
+            for k in range(width):
+                weights = torch.tensor([row[k][1] for row in padded], device=fake.device)
+                logits = self.forward_d(self._opponents(self.d, [row[k][0] for row in padded]), fake)
+                losses = losses + weights * rowwise(loss_fn, logits)
+        grads = torch.autograd.grad(losses.sum(), [self.g.params[n] for n in self.g.names])
+        self.g.adam(grads)
+
+    def discriminator_step(
+        self, defenders: Sequence[Individual], real: Sequence[torch.Tensor], generators: Sequence[torch.Generator]
+    ) -> None:
+        z = self._noise(real, generators)
+        with torch.no_grad():
+            fake = self.forward_g(self._opponents(self.g, defenders), z)
+        batch = torch.stack(list(real))
+        forward = self.forward_d
+        if self.joint:
+            real_logits, fake_logits = forward(self.d.params, torch.cat((batch, fake), dim=1)).split(
+                batch.shape[1], dim=1
+            )
+        else:
+            real_logits, fake_logits = forward(self.d.params, batch), forward(self.d.params, fake)
+        losses = rowwise(self.problem.loss.discriminator_loss, real_logits, fake_logits)
+        grads = torch.autograd.grad(losses.sum(), [self.d.params[n] for n in self.d.names])
+        self.d.adam(grads)
+
+    def close(self) -> None:
+        self.g.close()
+        self.d.close()
+
+
+__all__ = ["PER_SAMPLE", "Stack", "StackedGan", "linear_plan", "run_plan", "signature", "unstackable"]

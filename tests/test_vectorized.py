@@ -1,0 +1,266 @@
+"""Vectorised cells (``run.vectorize``): the cells of a process trained as one batched computation.
+
+Records match the looped path within float tolerance (batched products round differently: the first
+generations agree to about 1e-7, the tolerance below leaves room for a few generations of drift), the
+same seed gives identical records run to run, resume is exact, and what cannot be stacked falls back to
+the looped path with the reason logged (or, with ``true``, is a one-line error).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+import torch
+from click.testing import CliRunner
+from test_exchange import SPARSE
+from test_run import metrics, run  # pytest puts tests/ on sys.path (rootdir conftest, prepend mode)
+from torch import nn
+
+from evogan.api import Networks, Role
+from evogan.builtin.gan.image_networks import MnistMlp
+from evogan.builtin.gan.stacked import Stack, linear_plan, run_plan
+from evogan.cli import cli
+from evogan.engine.run import build_settings
+from evogan.engine.vectorized import decide
+from evogan.hookspecs import Register, hookimpl
+from evogan.individual import Individual
+from evogan.plugins import make_plugin_manager, registered
+from evogan.recipe import load as load_recipe
+from evogan.registry import Registries
+from evogan.runtime.single import prepare, run_in_process
+
+TOLERANCE = 1e-4  # relative, on every number of a record (losses, learning rates, mixture weights)
+VECTORISED, LOOPED = "run.vectorize=true", "run.vectorize=false"
+
+
+def assert_close(left: Any, right: Any, path: str = "") -> None:
+    if isinstance(left, dict):
+        assert left.keys() == right.keys(), path
+        for key in left:
+            assert_close(left[key], right[key], f"{path}.{key}")
+    elif isinstance(left, float):
+        assert math.isclose(left, right, rel_tol=TOLERANCE, abs_tol=1e-6), f"{path}: {left} vs {right}"
+    else:
+        assert left == right, path
+
+
+def log(run_dir: Path, cell: int = 0) -> str:
+    return (run_dir / "logs" / f"cell-{cell:04d}.log").read_text()
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        (),  # selection on, population 1, the default pairing
+        ("population.selection=false", "population.size=2", 'pairing={use="g_neighbourhood"}'),
+        ('pairing={use="g_mixture"}', "problem.loss.use=mse", "problem.d_batch=separate"),
+        ("population.size=2", "problem.critic_steps=2", "problem.d_skip=1"),
+    ],
+    ids=["default", "no-selection-pop2", "weighted-opponents-mse", "pop2-critic-skip"],
+)
+def test_vectorised_records_match_the_looped_ones(tiny_recipe, options: tuple[str, ...]) -> None:
+    path = tiny_recipe(seed=4, generations=3)
+    looped = run(path, LOOPED, *options)
+    vectorised = run(path, VECTORISED, *options)
+    assert "training: vectorised over the 4 cells" in log(vectorised)
+    assert "training: looped (run.vectorize = false)" in log(looped)
+    left, right = metrics(looped), metrics(vectorised)
+    assert len(left) == len(right) == 12
+    for a, b in zip(left, right, strict=True):
+        assert_close(a, b)
+
+
+def test_vectorised_runs_are_reproducible_and_resume_exactly(tiny_recipe) -> None:
+    path = tiny_recipe(seed=3, generations=4)
+    first, second = run(path, VECTORISED), run(path, VECTORISED)
+    assert (first / "metrics.jsonl").read_bytes() == (second / "metrics.jsonl").read_bytes()
+    interrupted = run(path, VECTORISED, "run.checkpoint_every=2", stop_after=3)
+    run_in_process(prepare(None, resume_dir=interrupted))
+    assert metrics(interrupted) == metrics(first)
+
+
+def test_auto_is_looped_on_the_cpu_and_vectorised_on_cuda(tiny_recipe) -> None:
+    registries = Registries.from_plugin_manager(make_plugin_manager())
+    recipe = load_recipe(tiny_recipe(), registries)
+    settings = build_settings(recipe, registries, None, torch.device("cpu"))
+    assert decide("auto", settings, torch.device("cpu"), 4) == (
+        False,
+        "training: looped (run.vectorize = auto vectorises on CUDA only)",
+    )
+    assert decide("auto", settings, torch.device("cuda", 0), 4)[0] is True  # the decision, not a device
+    assert decide("auto", settings, torch.device("cuda", 0), 1)[0] is False
+    assert decide(True, settings, torch.device("cpu"), 1)[0] is True
+    assert "training: looped (run.vectorize = auto" in log(run(tiny_recipe(generations=1)))
+
+
+def test_what_cannot_be_stacked_is_looped_with_the_reason(tiny_recipe) -> None:
+    path = tiny_recipe(generations=2)
+    with pytest.MonkeyPatch.context() as cuda:  # as auto decides on CUDA: vectorise, then ask the problem
+        cuda.setattr("evogan.engine.run.decide", lambda *_: (True, "training: vectorised"))
+        mustangs = run(path, 'problem.loss={use="mustangs"}')
+    assert "training: looped (loss mustangs is not marked stackable" in log(mustangs)
+    assert metrics(mustangs) == metrics(run(path, 'problem.loss={use="mustangs"}', LOOPED))
+    sparse = run(path, f"sparsity={SPARSE}", "run.vectorize=auto")
+    assert "training: looped (" in log(sparse)
+    settings = build_settings(
+        load_recipe(path, Registries.from_plugin_manager(make_plugin_manager()), [f"sparsity={SPARSE}"]),
+        Registries.from_plugin_manager(make_plugin_manager()),
+        None,
+        torch.device("cpu"),
+    )
+    assert decide("auto", settings, torch.device("cuda"), 4) == (
+        False,
+        "training: looped (sparse cells: the controller acts between steps, individual by individual)",
+    )
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ((f"sparsity={SPARSE}",), "run.vectorize: true, but sparse cells train one individual at a time"),
+        (("exchange.every_batches=2",), "run.vectorize: true, but exchange.every_batches needs cells taking"),
+        (('problem.loss={use="mustangs"}',), "run.vectorize: true, but loss mustangs is not marked stackable"),
+        (('problem.network={use="bn_mlp"}',), "run.vectorize: true, but the generator networks have buffers"),
+        (("run.vectorize=1",), 'run.vectorize: must be "auto", true or false'),
+    ],
+)
+def test_vectorize_true_where_it_cannot_be_done_is_a_one_line_error(
+    tiny_recipe, options: tuple[str, ...], message: str
+) -> None:
+    path = tiny_recipe(generations=1)
+    sets = [item for option in (VECTORISED, *options) for item in ("--set", option)]
+    with registered(BatchNormPlugin()):
+        result = CliRunner().invoke(cli, ["run", str(path), *sets, "--quiet"], catch_exceptions=False)
+        validated = CliRunner().invoke(cli, ["validate", str(path), *sets])
+    assert result.exit_code == 2, result.output
+    assert message in result.output and "Traceback" not in result.output
+    if "but sparse" in message or "but exchange" in message or "must be" in message:  # known from the recipe
+        assert validated.exit_code == 2 and message in validated.output
+
+
+class BatchNormMlp(Networks):
+    """The toy MLP with a BatchNorm layer: buffers that the stack does not carry yet."""
+
+    name: ClassVar[str] = "bn_mlp"
+    description: ClassVar[str] = "test network with BatchNorm"
+    norm: ClassVar[type[nn.Module]] = nn.BatchNorm1d
+
+    def latent_shape(self) -> tuple[int, ...]:
+        return (4,)
+
+    def build(self, role: Role, sample_shape: tuple[int, ...], *, generator: torch.Generator) -> nn.Module:
+        inputs, outputs = (4, sample_shape[0]) if role == "generator" else (sample_shape[0], 1)
+        network = nn.Sequential(nn.Linear(inputs, 8), self.norm(8), nn.ReLU(), nn.Linear(8, outputs))
+        with torch.no_grad():
+            for p in network.parameters():
+                p.uniform_(-0.3, 0.3, generator=generator)
+        return nn.Sequential(*network, nn.Flatten(0)) if role == "discriminator" else network
+
+
+class LayerNormMlp(BatchNormMlp):
+    """Per-sample normalisation with parameters: not a chain of linear layers, so it runs under vmap."""
+
+    name: ClassVar[str] = "ln_mlp"
+    description: ClassVar[str] = "test network with LayerNorm"
+    norm: ClassVar[type[nn.Module]] = nn.LayerNorm
+
+
+class BatchNormPlugin:
+    @hookimpl
+    def evogan_register_networks(self, register: Register) -> None:
+        register(BatchNormMlp)
+        register(LayerNormMlp)
+
+
+def test_networks_other_than_linear_chains_run_under_vmap_and_match(tiny_recipe) -> None:
+    network = LayerNormMlp(LayerNormMlp.Options()).build("generator", (2,), generator=torch.Generator())
+    assert linear_plan(network) is None
+    path = tiny_recipe(seed=2, generations=2)
+    with registered(BatchNormPlugin()):
+        looped = run(path, LOOPED, 'problem.network={use="ln_mlp"}')
+        vectorised = run(path, VECTORISED, 'problem.network={use="ln_mlp"}')
+    assert "training: vectorised" in log(vectorised)
+    for a, b in zip(metrics(looped), metrics(vectorised), strict=True):
+        assert_close(a, b)
+
+
+def test_the_linear_plan_computes_what_vmap_computes() -> None:
+    networks = MnistMlp(MnistMlp.Options())
+    for role, inputs in (("generator", (5, 64)), ("discriminator", (5, 1, 28, 28))):
+        built = [networks.build(role, (1, 28, 28), generator=torch.Generator().manual_seed(i)) for i in range(3)]
+        plan = linear_plan(built[0])
+        assert plan is not None
+        named = [dict(b.named_parameters()) for b in built]
+        params = {name: torch.stack([n[name] for n in named]) for name in named[0]}
+        x = torch.randn(3, *inputs, generator=torch.Generator().manual_seed(9))
+        expected = torch.stack([b(x[i]) for i, b in enumerate(built)])
+        assert torch.allclose(run_plan(plan, params, x), expected, atol=1e-6)
+
+
+# ------------------------------------------------------------------------------------------ the stack's Adam
+def individuals(count: int, lrs: list[float]) -> list[Individual]:
+    made = []
+    for i in range(count):
+        network = nn.Sequential(nn.Linear(3, 5), nn.Tanh(), nn.Linear(5, 1))
+        with torch.no_grad():
+            for p in network.parameters():
+                p.copy_(torch.randn(p.shape, generator=torch.Generator().manual_seed(10 + i)))
+        optimizer = torch.optim.Adam(network.parameters(), lr=lrs[i], betas=(0.5, 0.999), fused=True)
+        made.append(Individual("generator", network, optimizer, {"lr": lrs[i]}, 0, f"0/G{i}"))
+    return made
+
+
+def test_the_stacked_adam_is_torchs_adam_per_row_with_its_own_learning_rate() -> None:
+    lrs = [1e-2, 3e-3, 5e-4]
+    looped, stacked = individuals(3, lrs), individuals(3, lrs)
+    x = torch.randn(7, 3, generator=torch.Generator().manual_seed(0))
+    for ind in looped:  # two plain steps first: the stack must pick up existing moments and step counts
+        for _ in range(2):
+            ind.optimizer.zero_grad()
+            ind.network(x).square().mean().backward()
+            ind.optimizer.step()
+    for ind in stacked:
+        for _ in range(2):
+            ind.optimizer.zero_grad()
+            ind.network(x).square().mean().backward()
+            ind.optimizer.step()
+    stack = Stack(stacked)
+    for _ in range(3):
+        for ind in looped:
+            ind.optimizer.zero_grad()
+            ind.network(x).square().mean().backward()
+            ind.optimizer.step()
+        outputs = torch.func.vmap(lambda p: torch.func.functional_call(stack.template, p, (x,)))(stack.params)
+        stack.adam(torch.autograd.grad(outputs.square().mean(dim=(1, 2)).sum(), list(stack.params.values())))
+    stack.close()
+    for a, b in zip(looped, stacked, strict=True):
+        for p, q in zip(a.network.parameters(), b.network.parameters(), strict=True):
+            assert torch.allclose(p, q, rtol=1e-5, atol=1e-7)
+            for key in ("exp_avg", "exp_avg_sq"):
+                assert torch.allclose(a.optimizer.state[p][key], b.optimizer.state[q][key], rtol=1e-5, atol=1e-9)
+            assert float(a.optimizer.state[p]["step"]) == float(b.optimizer.state[q]["step"]) == 5.0
+    for ind in stacked:  # the written-back state is one torch's Adam accepts and continues from
+        ind.optimizer.zero_grad()
+        ind.network(x).square().mean().backward()
+        ind.optimizer.step()
+
+
+@pytest.mark.slow
+def test_each_worker_trains_its_block_of_cells_vectorised(tiny_recipe) -> None:
+    from test_distributed import launched, records
+
+    path = tiny_recipe(seed=7, generations=2)
+    single = run(path, VECTORISED)
+    workers, _ = launched(path, VECTORISED)
+    for cell in range(4):
+        assert "training: vectorised over the 2 cells of this process" in log(workers, cell)
+    for a, b in zip(records(single), records(workers), strict=True):
+        assert_close(a, b)
+    refused = CliRunner().invoke(
+        cli, ["run", str(path), "--set", VECTORISED, "--set", f"sparsity={SPARSE}", "--workers", "2", "--quiet"]
+    )
+    assert refused.exit_code == 2 and "run.vectorize: true, but sparse cells" in refused.output
+
