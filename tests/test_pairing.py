@@ -55,7 +55,24 @@ def test_reference_reproduces_the_records_of_the_code_before_pairings(tiny_recip
     left_out = records(run(path, *RECORDED_CASES[case]))
     named = records(run(path, *RECORDED_CASES[case], 'pairing={use="reference"}'))
     for got in (left_out, named):
-        assert [{k: v for k, v in r.items() if k not in NEWER_FIELDS} for r in got] == expected
+        assert_close([{k: v for k, v in r.items() if k not in NEWER_FIELDS} for r in got], expected)
+
+
+def assert_close(got: object, expected: object, path: str = "records") -> None:
+    """Equal structure and non-float values; floats within 1e-4 relative. The recording was made on
+    another CPU, whose kernels round differently (identical code gives a different last digit)."""
+    if isinstance(expected, float) and isinstance(got, (int, float)):
+        assert got == pytest.approx(expected, rel=1e-4, abs=1e-7), path
+    elif isinstance(expected, dict):
+        assert isinstance(got, dict) and got.keys() == expected.keys(), path
+        for key in expected:
+            assert_close(got[key], expected[key], f"{path}.{key}")
+    elif isinstance(expected, list):
+        assert isinstance(got, list) and len(got) == len(expected), path
+        for i, (a, b) in enumerate(zip(got, expected, strict=True)):
+            assert_close(a, b, f"{path}[{i}]")
+    else:
+        assert got == expected, path
 
 
 # ------------------------------------------------------------------------------------------ counting
