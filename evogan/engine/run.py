@@ -273,18 +273,18 @@ class Driver:
             f"generation={cell.generation} g_loss={record['g_loss']:.4f} d_loss={record['d_loss']:.4f} "
             f"lr_g={record['lr_g']:.3g} lr_d={record['lr_d']:.3g} mixture_score={record['mixture_score']:.4f}",
         )
+        run = self.recipe.run
+        if run.samples_every and cell.generation % run.samples_every == 0:  # before the hook, which may show it
+            self.pictures(cell, f"gen-{cell.generation:04d}")
         self.pm.hook.evogan_generation_end(
             run=self.info,
             cell=cell.index,
             generation=cell.generation,
             record={**record, "timings": {**timings, **extra}},
         )
-        run = self.recipe.run
         if run.checkpoint_every and cell.generation % run.checkpoint_every == 0:
             self.progress("checkpoint")
             self.checkpoint(cell)
-        if run.samples_every and cell.generation % run.samples_every == 0:
-            self.pictures(cell, f"gen-{cell.generation:04d}")
         self.progress("generation-end")
 
     def checkpoint(self, cell: Cell) -> None:
@@ -294,7 +294,7 @@ class Driver:
     def pictures(self, cell: Cell, label: str) -> None:
         networks, weights = mixture_of(cell)
         rnd = CellRandom.for_generation(self.recipe.run.seed, cell.index, cell.generation, "evaluation")
-        path = self.run_dir.path / "samples" / f"{label}-cell-{cell.index:04d}.png"
+        path = self.run_dir.picture_path(label, cell.index)
         with writing(path):
             self.settings.problem.save_pictures(
                 networks,

@@ -7,7 +7,9 @@
         logs/cell-0003.log   one human-readable line per generation
         checkpoints/cell-0003-g000010.pt   the newest ``run.keep_checkpoints`` per cell, each with the
         checkpoints/cell-0003-g000010.sha256   digest recorded after it was written and read back
-        samples/             pictures of samples; plots/ curves; summary.json at the end
+        samples/gen-0010-cell-0003.png   a cell's mixture every ``run.samples_every`` generations;
+        samples/final-best-cell-0003.png the best mixture at the end
+        plots/               curves and the grid heatmap; summary.json at the end
 
 Every file that must never be seen half-written (checkpoints, summary) is written to a temporary file,
 fsynced and renamed over the old one.
@@ -199,6 +201,10 @@ class RunDirectory:
                         kept.append(line + "\n")
                 with writing(path):
                     atomic_write(path, partial(_write_lines, kept), binary=False)
+
+    def picture_path(self, label: str, cell: int) -> Path:
+        """Where the engine writes a cell's sample picture (``gen-0010`` or ``final-best``)."""
+        return self.path / "samples" / f"{label}-cell-{cell:04d}.png"
 
     # -------------------------------------------------------------------------------- checkpoints
     def checkpoint_path(self, cell: int, generation: int) -> Path:
