@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 
+from evogan.download import file_digest
 from evogan.errors import RunFailure, UserError
 
 RECIPE_FILE = "recipe.toml"
@@ -344,11 +345,7 @@ def _digest_path(checkpoint: Path) -> Path:
 
 def file_sha256(path: Path) -> str:
     """SHA-256 (hex) of a file, read in 1 MiB blocks (checkpoints here, model weights in plugins)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    return file_digest(path, "sha256")
 
 
 __all__ = [
