@@ -43,6 +43,7 @@ class RunInfo:
     :param cells: the grid's cells, all of them; ``local_cells``: those the process firing the hook runs.
     :param start_generation: the generation the run starts from (the least advanced cell's, on resume).
     :param workers: worker processes of the whole run (1: a single-process run).
+    :param layout: ``(rows, cols)`` of the topology's 2-D layout, or None (see ``Topology.layout``).
     """
 
     recipe: Recipe
@@ -54,6 +55,7 @@ class RunInfo:
     start_generation: int
     device: str
     workers: int = 1
+    layout: tuple[int, int] | None = None
 
 
 def pick_device(setting: str, local_rank: int = 0) -> torch.device:
@@ -163,6 +165,7 @@ class Driver:
             start_generation=start,
             device=str(self.device),
             workers=self.workers,
+            layout=self.topology.layout(),
         )
         for cell in self.cells:
             self.transport.publish(cell.index, cell.message())
@@ -360,10 +363,12 @@ def write_summary(
     if problem:
         summary["problem"] = dict(problem)
     run_dir.write_summary(summary)
-    from evogan.engine.plots import plot_metrics
+    from evogan.engine.plots import plot_grid, plot_metrics
 
     with writing(run_dir.path / "plots"):
         plot_metrics(run_dir)
+        final = {int(cell): float(scores["mixture_score"]) for cell, scores in cells.items()}
+        plot_grid(run_dir, final, build_topology(recipe).layout())
     return summary
 
 
