@@ -59,20 +59,20 @@ def plot_grid(run_dir: RunDirectory, final: dict[int, float], layout: tuple[int,
     width = max(len(rows[0]), 1)
     figure, axes = plt.subplots(1, 2, figsize=(2 * min(3 + 0.9 * width, 14), min(2 + 0.9 * len(rows), 12)))
     for axis, (title, scores) in zip(axes, panels, strict=True):
-        grid = np.array([[scores.get(c, np.nan) if c is not None else np.nan for c in row] for row in rows], float)
+        grid = np.array([[np.nan if i is None else scores.get(i, np.nan) for i in row] for row in rows], float)
         grid[~np.isfinite(grid)] = np.nan  # a diverged cell (inf) shows blank, and its value is written
         image = axis.imshow(np.ma.masked_invalid(grid), cmap="RdYlGn_r", aspect="equal")
         figure.colorbar(image, ax=axis, fraction=0.046, pad=0.04)
-        finite = {c: v for c, v in scores.items() if np.isfinite(v)}
-        best = min(finite, key=lambda c: (finite[c], c)) if finite else None
+        finite = {i: v for i, v in scores.items() if np.isfinite(v)}
+        best = min(finite, key=lambda i: (finite[i], i)) if finite else None
         for r, row in enumerate(rows):
-            for c, cell in enumerate(row):
-                if cell is None or len(rows) * len(row) > 400:  # too small to read beyond 20x20
+            for c, index in enumerate(row):
+                if index is None or len(rows) * len(row) > 400:  # too small to read beyond 20x20
                     continue
-                value = scores.get(cell)
+                value = scores.get(index)
                 text = "-" if value is None else f"{value:.3g}"
-                axis.text(c, r, f"{cell}\n{text}", ha="center", va="center", fontsize=7)
-                if cell == best:
+                axis.text(c, r, f"{index}\n{text}", ha="center", va="center", fontsize=7)
+                if index == best:
                     axis.add_patch(plt.Rectangle((c - 0.5, r - 0.5), 1, 1, fill=False, edgecolor="black", lw=2))
         axis.set_title(title, fontsize=10)
         axis.set_xticks([])
