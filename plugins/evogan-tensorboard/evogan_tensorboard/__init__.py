@@ -13,13 +13,18 @@ Installed, it logs every run under ``RUN_DIR/tensorboard`` (``tensorboard --logd
 
 A resumed or restarted cell starts its event file with a ``SessionLog.START`` at its first generation, so
 TensorBoard drops the events of the abandoned timeline after that step. tensorboard is imported when the
-first event is written, not when evogan loads its plugins.
+first event is written, not when evogan loads its plugins. A write that fails (full disk) stops the run
+with one line naming the event file, as the engine's own writes do.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
+import itertools
+import os
 import shutil
+import socket
 import struct
 import threading
 import time
@@ -66,23 +71,33 @@ def png_size(data: bytes) -> tuple[int, int]:
 
 
 class EventWriter:
-    """One TensorBoard event directory; every call writes through to disk (a worker may exit at any time)."""
+    """One TensorBoard event file, written synchronously by :meth:`flush` (tensorboard's own writer uses a
+    background thread, whose failures no one would see): a write that fails stops the run with one line
+    naming the file, as the engine's own writes do. Events wait in memory until the flush at the end of
+    each generation, which opens, appends and closes the file, so no file stays open between generations
+    (a worker may be stopped at any time; a file system can be remounted)."""
+
+    _serial = itertools.count()  # one file per writer, even two in one process and second
 
     def __init__(self, directory: Path, *, first_step: int | None = None) -> None:
         from tensorboard.compat.proto import event_pb2, summary_pb2
-        from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
         self._event, self._summary = event_pb2, summary_pb2
-        directory.mkdir(parents=True, exist_ok=True)
-        self._writer = EventFileWriter(str(directory))
+        name = f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}.{os.getpid()}.{next(self._serial)}"
+        self.path = directory / name
+        self._pending: list[bytes] = []
+        self._add(event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2"))
         if first_step is not None:  # TensorBoard discards what an earlier timeline logged from here on
             start = event_pb2.SessionLog(status=event_pb2.SessionLog.START)
-            self._writer.add_event(event_pb2.Event(wall_time=time.time(), step=first_step, session_log=start))
+            self._add(event_pb2.Event(wall_time=time.time(), step=first_step, session_log=start))
+
+    def _add(self, event: Any) -> None:
+        self._pending.append(event.SerializeToString())
 
     def _write(self, step: int, values: list[Any]) -> None:
         if values:
             summary = self._summary.Summary(value=values)
-            self._writer.add_event(self._event.Event(wall_time=time.time(), step=step, summary=summary))
+            self._add(self._event.Event(wall_time=time.time(), step=step, summary=summary))
 
     def scalars(self, step: int, values: Iterable[tuple[str, float]]) -> None:
         value = self._summary.Summary.Value
@@ -98,10 +113,22 @@ class EventWriter:
         self._write(step, [self._summary.Summary.Value(tag=tag, image=image)])
 
     def flush(self) -> None:
-        self._writer.flush()
+        from tensorboard.summary.writer.record_writer import RecordWriter
+
+        from evogan.engine.rundir import writing
+
+        if not self._pending:
+            return
+        with writing(self.path):
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self.path.open("ab") as handle:
+                records = RecordWriter(handle)
+                for data in self._pending:
+                    records.write(data)
+        self._pending.clear()
 
     def close(self) -> None:
-        self._writer.close()
+        self.flush()
 
 
 class TensorBoard:
@@ -123,6 +150,11 @@ class TensorBoard:
         with self._lock:
             for key in [k for k in self._writers if run_dir is None or k[0] == run_dir]:
                 self._writers.pop(key).close()
+
+    def close_quietly(self) -> None:
+        """At exit: every event was flushed already; a failure now has no run left to stop."""
+        with contextlib.suppress(Exception):
+            self.close()
 
     @hookimpl
     def evogan_generation_end(self, run: RunInfo, cell: int, generation: int, record: Mapping[str, Any]) -> None:
@@ -176,6 +208,6 @@ def write_best(run: RunInfo, summary: Mapping[str, Any]) -> None:
 _tensorboard = TensorBoard()
 evogan_generation_end = _tensorboard.evogan_generation_end
 evogan_run_end = _tensorboard.evogan_run_end
-atexit.register(_tensorboard.close)
+atexit.register(_tensorboard.close_quietly)
 
 __all__ = ["BEST", "DIRECTORY", "EventWriter", "TensorBoard", "best_by_generation", "cell_directory", "scalars"]

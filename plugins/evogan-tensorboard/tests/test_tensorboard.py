@@ -73,6 +73,17 @@ def test_best_by_generation_takes_the_lowest_score_then_the_lowest_cell() -> Non
     assert {g: r["cell"] for g, r in best.items()} == {1: 0, 2: 1}
 
 
+def test_a_failed_write_stops_the_run_with_one_line_naming_the_event_file(tmp_path: Path) -> None:
+    from evogan.errors import RunFailure
+
+    (tmp_path / "tensorboard").write_text("a file where the folder should be")
+    writer = evogan_tensorboard.EventWriter(tmp_path / "tensorboard" / "cell-0000", first_step=1)
+    writer.scalars(1, [("g_loss", 0.5)])
+    with pytest.raises(RunFailure, match=r"tensorboard/cell-0000/events\.out\.tfevents\.\S+: cannot write: ") as error:
+        writer.flush()
+    assert "\n" not in str(error.value)
+
+
 def test_one_process_logs_every_cell_generation_samples_and_sparsity(tmp_path: Path) -> None:
     recipe = write_tiny_recipe(
         tmp_path, generations=GENERATIONS, overrides=["run.samples_every=2", f"sparsity={ADAPT}"]
