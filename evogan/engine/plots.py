@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from evogan.engine.rundir import RunDirectory
+if TYPE_CHECKING:  # the reporter imports cell_rows: keep torch (rundir) out of it
+    from evogan.engine.rundir import RunDirectory
 
 
 def _series(records: list[dict[str, Any]]) -> dict[str, dict[int, list[tuple[int, float]]]]:
