@@ -88,6 +88,11 @@ class Topology(Component[OptionsT]):
         """Short human label such as ``torus 3x3 (von_neumann)``."""
         return self.name
 
+    def layout(self) -> tuple[int, int] | None:
+        """``(rows, cols)`` when cell ``r * cols + c`` sits at row ``r``, column ``c`` of a 2-D grid (the live
+        view and ``plots/grid.png`` draw it so); None when the cells have no such place (shown as a list)."""
+        return None
+
 
 # --------------------------------------------------------------------------------------------- selection
 class Selection(Component[OptionsT]):

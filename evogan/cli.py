@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 from pathlib import Path
@@ -117,6 +118,12 @@ def overrides_from(
 @click.option(
     "--plain", is_flag=True, help="Plain lines instead of the live view (default when not a terminal)."
 )
+@click.option(
+    "--download",
+    is_flag=True,
+    help="Fetch missing datasets and weights (download = true for every component) into the cache "
+    "($EVOGAN_CACHE_DIR, else $XDG_CACHE_HOME/evogan or ~/.cache/evogan).",
+)
 @disable_option
 @handle_errors
 def run(
@@ -135,9 +142,14 @@ def run(
     join_timeout: float,
     quiet: bool,
     plain: bool,
+    download: bool,
     disable: tuple[str, ...],
 ) -> None:
     """Train the grid a RECIPE describes (or --resume a run). Writes runs/<name>-<timestamp>/."""
+    if download:  # read by every component that can download, in this process and the workers it starts
+        from evogan.download import DOWNLOAD_ENV
+
+        os.environ[DOWNLOAD_ENV] = "1"
     from evogan.builtin.reporter import TerminalReporter
     from evogan.runtime.launcher import Nodes
     from evogan.runtime.single import prepare

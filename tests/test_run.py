@@ -47,6 +47,7 @@ def test_run_directory_holds_everything(tiny_recipe) -> None:
     assert (run_dir / "samples" / "gen-0001-cell-0000.png").stat().st_size > 1000
     assert list((run_dir / "samples").glob("final-best-cell-*.png"))
     assert (run_dir / "plots" / "metrics.png").stat().st_size > 1000
+    assert (run_dir / "plots" / "grid.png").stat().st_size > 1000
     assert len(list((run_dir / "logs").glob("cell-*.log"))) == 4
     assert len((run_dir / "timings.jsonl").read_text().splitlines()) == 8
     checkpoint = torch.load(run_dir / "checkpoints" / "cell-0002-g000002.pt", weights_only=True)

@@ -72,3 +72,9 @@ def test_ring_radius() -> None:
     assert ring.neighbours(0) == (1, 2, 4, 5)
     assert Ring(Ring.Options(cells=2, radius=1)).neighbours(0) == (1,)
     assert Ring(Ring.Options(cells=1, radius=3)).neighbours(0) == ()
+
+
+def test_grids_and_tori_have_a_2d_layout_and_the_ring_has_none() -> None:
+    assert torus(2, 3).layout() == (2, 3)
+    assert Grid(Grid.Options(rows=3, cols=1)).layout() == (3, 1)
+    assert Ring(Ring.Options()).layout() is None

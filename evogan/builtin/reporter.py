@@ -1,15 +1,21 @@
 """The terminal reporter: a rich live view of the grid, or plain lines when output is not a terminal.
 
+The live view shows a table with one row per cell and, beside it (below it on a narrow terminal), the
+cells laid out as the topology places them (``Topology.layout``: rows x columns for grids and tori, a list
+otherwise), each with its current mixture score coloured from the best (green) to the worst (red).
+
 A plugin like any other: the CLI creates one with its console and registers it with the run's
 plugin manager. Library code never creates a console.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
+from rich.columns import Columns
 from rich.console import Console, Group
 from rich.live import Live
 from rich.progress import (
@@ -21,7 +27,9 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 from rich.table import Table
+from rich.text import Text
 
+from evogan.engine.plots import cell_rows
 from evogan.hookspecs import hookimpl
 
 if TYPE_CHECKING:
@@ -44,6 +52,42 @@ def _peer_age(record: Mapping[str, Any]) -> str | None:
     if any(age is None for age in ages.values()):
         return "never"
     return f"{max(ages.values()):.1f}"
+
+
+def score_colour(value: float, best: float, worst: float) -> str:
+    """A rich colour from green (``best``) through yellow to red (``worst``); lower scores are better."""
+    if not math.isfinite(value):
+        return "rgb(255,0,0)"
+    share = 0.0 if not math.isfinite(worst) or worst <= best else (value - best) / (worst - best)
+    share = min(max(share, 0.0), 1.0)
+    return f"rgb({min(255, round(510 * share))},{min(200, round(400 * (1 - share)))},0)"
+
+
+def grid_view(scores: Mapping[int, float], cells: int, layout: tuple[int, int] | None) -> Table:
+    """The cells as ``layout`` places them (a list without one): ``cell:score`` each, coloured by score."""
+    finite = [v for v in scores.values() if math.isfinite(v)]
+    best, worst = (min(finite), max(finite)) if finite else (0.0, 0.0)
+    rows = cell_rows(cells, layout)
+    label = f"{layout[0]}x{layout[1]}" if layout and layout[0] * layout[1] == cells else "cells"
+    view = Table.grid(padding=(0, 2))
+    view.title = f"mixture score, {label}"
+    view.min_width = len(view.title)  # a title wider than a one-column list stays on one line
+    view.title_style = "bold"
+    digits = len(str(max(cells - 1, 0)))
+    for _ in rows[0]:
+        view.add_column()
+    for row in rows:
+        entries: list[Text] = []
+        for cell in row:
+            if cell is None:
+                entries.append(Text(""))
+            elif cell not in scores:
+                entries.append(Text(f"{cell:>{digits}}:-", style="dim"))
+            else:
+                value = scores[cell]
+                entries.append(Text(f"{cell:>{digits}}:{_number(value, 3)}", style=score_colour(value, best, worst)))
+        view.add_row(*entries)
+    return view
 
 
 class TerminalReporter:
@@ -171,11 +215,18 @@ class TerminalReporter:
             table.add_row(*values)
         return table
 
+    def grid(self) -> Table | None:
+        if self.info is None:
+            return None
+        scores = {cell: float(row["mixture_score"]) for cell, row in self.rows.items()}
+        return grid_view(scores, self.info.cells, self.info.layout)
+
     def _render(self) -> Group:
-        parts: list[Any] = [self.table()]
+        grid = self.grid()
+        parts: list[Any] = [self.table() if grid is None else Columns([self.table(), grid], padding=(0, 4))]
         if self.progress is not None:
             parts.append(self.progress)
         return Group(*parts)
 
 
-__all__ = ["TerminalReporter"]
+__all__ = ["TerminalReporter", "grid_view", "score_colour"]

@@ -56,6 +56,9 @@ class Torus(Topology[GridOptions]):
     def describe(self) -> str:
         return f"{self.name} {self.options.rows}x{self.options.cols} ({self.options.neighbourhood})"
 
+    def layout(self) -> tuple[int, int]:
+        return self.options.rows, self.options.cols
+
 
 class Grid(Torus):
     """A rows x cols grid without wrap-around: border cells have fewer neighbours."""

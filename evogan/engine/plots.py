@@ -1,12 +1,13 @@
-"""PNG plots of a run's metrics over generations, per cell (written into ``plots/``)."""
+"""PNG plots of a run (written into ``plots/``): metrics over generations per cell, and the grid heatmap."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from evogan.engine.rundir import RunDirectory
+if TYPE_CHECKING:  # the reporter imports cell_rows: keep torch (rundir) out of it
+    from evogan.engine.rundir import RunDirectory
 
 
 def _series(records: list[dict[str, Any]]) -> dict[str, dict[int, list[tuple[int, float]]]]:
@@ -27,13 +28,68 @@ def _series(records: list[dict[str, Any]]) -> dict[str, dict[int, list[tuple[int
     return series
 
 
-def plot_metrics(run_dir: RunDirectory) -> list[Path]:
-    """One figure with a panel per metric; returns the files written."""
+def _pyplot() -> Any:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def cell_rows(cells: int, layout: tuple[int, int] | None, *, columns: int = 1) -> list[list[int | None]]:
+    """Cell indices as they sit: ``layout`` rows of ``cols`` (cell ``r * cols + c`` at row ``r``, column ``c``);
+    without a layout (or one that does not hold ``cells``), rows of ``columns`` cells, the last padded with None."""
+    rows, cols = layout if layout and layout[0] * layout[1] == cells else ((cells + columns - 1) // columns, columns)
+    return [[r * cols + c if r * cols + c < cells else None for c in range(cols)] for r in range(rows)]
+
+
+def plot_grid(run_dir: RunDirectory, final: dict[int, float], layout: tuple[int, int] | None) -> Path:
+    """``plots/grid.png``: two heatmaps laid out as the topology (a strip without a 2-D layout), each cell's
+    final mixture score and the best score it reached over the generations (lower is better)."""
+    import numpy as np
+
+    plt = _pyplot()
+    best_seen: dict[int, float] = {}
+    for record in run_dir.read_metrics():
+        cell, score = int(record["cell"]), float(record["mixture_score"])
+        best_seen[cell] = min(score, best_seen.get(cell, score))
+    cells = max([*final, *best_seen], default=-1) + 1
+    rows = cell_rows(cells, layout, columns=max(cells, 1))
+    panels = [("final mixture score", final), ("best mixture score over the generations", best_seen)]
+    width = max(len(rows[0]), 1)
+    figure, axes = plt.subplots(1, 2, figsize=(2 * min(3 + 0.9 * width, 14), min(2 + 0.9 * len(rows), 12)))
+    for axis, (title, scores) in zip(axes, panels, strict=True):
+        grid = np.array([[np.nan if i is None else scores.get(i, np.nan) for i in row] for row in rows], float)
+        grid[~np.isfinite(grid)] = np.nan  # a diverged cell (inf) shows blank, and its value is written
+        image = axis.imshow(np.ma.masked_invalid(grid), cmap="RdYlGn_r", aspect="equal")
+        figure.colorbar(image, ax=axis, fraction=0.046, pad=0.04)
+        finite = {i: v for i, v in scores.items() if np.isfinite(v)}
+        best = min(finite, key=lambda i: (finite[i], i)) if finite else None
+        for r, row in enumerate(rows):
+            for c, index in enumerate(row):
+                if index is None or len(rows) * len(row) > 400:  # too small to read beyond 20x20
+                    continue
+                value = scores.get(index)
+                text = "-" if value is None else f"{value:.3g}"
+                axis.text(c, r, f"{index}\n{text}", ha="center", va="center", fontsize=7)
+                if index == best:
+                    axis.add_patch(plt.Rectangle((c - 0.5, r - 0.5), 1, 1, fill=False, edgecolor="black", lw=2))
+        axis.set_title(title, fontsize=10)
+        axis.set_xticks([])
+        axis.set_yticks([])
+    figure.suptitle("cells as the topology lays them out; green is better (lower), boxed: the best", fontsize=9)
+    figure.tight_layout()
+    path = run_dir.path / "plots" / "grid.png"
+    path.parent.mkdir(exist_ok=True)
+    figure.savefig(path, dpi=90)
+    plt.close(figure)
+    return path
+
+
+def plot_metrics(run_dir: RunDirectory) -> list[Path]:
+    """One figure with a panel per metric; returns the files written."""
+    plt = _pyplot()
     records = run_dir.read_metrics()
     if not records:
         return []
@@ -62,4 +118,4 @@ def plot_metrics(run_dir: RunDirectory) -> list[Path]:
     return [path]
 
 
-__all__ = ["plot_metrics"]
+__all__ = ["cell_rows", "plot_grid", "plot_metrics"]

@@ -44,6 +44,7 @@ class RunInfo:
     :param cells: the grid's cells, all of them; ``local_cells``: those the process firing the hook runs.
     :param start_generation: the generation the run starts from (the least advanced cell's, on resume).
     :param workers: worker processes of the whole run (1: a single-process run).
+    :param layout: ``(rows, cols)`` of the topology's 2-D layout, or None (see ``Topology.layout``).
     """
 
     recipe: Recipe
@@ -55,6 +56,7 @@ class RunInfo:
     start_generation: int
     device: str
     workers: int = 1
+    layout: tuple[int, int] | None = None
 
 
 def pick_device(setting: str, local_rank: int = 0) -> torch.device:
@@ -169,6 +171,7 @@ class Driver:
             start_generation=start,
             device=str(self.device),
             workers=self.workers,
+            layout=self.topology.layout(),
         )
         for cell in self.cells:
             self.transport.publish(cell.index, cell.message())
@@ -335,18 +338,18 @@ class Driver:
             f"{note}generation={cell.generation} g_loss={record['g_loss']:.4f} d_loss={record['d_loss']:.4f} "
             f"lr_g={record['lr_g']:.3g} lr_d={record['lr_d']:.3g} mixture_score={record['mixture_score']:.4f}",
         )
+        run = self.recipe.run
+        if run.samples_every and cell.generation % run.samples_every == 0:  # before the hook, which may show it
+            self.pictures(cell, f"gen-{cell.generation:04d}")
         self.pm.hook.evogan_generation_end(
             run=self.info,
             cell=cell.index,
             generation=cell.generation,
             record={**record, "timings": {**timings, **extra}},
         )
-        run = self.recipe.run
         if run.checkpoint_every and cell.generation % run.checkpoint_every == 0:
             self.progress("checkpoint")
             self.checkpoint(cell)
-        if run.samples_every and cell.generation % run.samples_every == 0:
-            self.pictures(cell, f"gen-{cell.generation:04d}")
         self.progress("generation-end")
 
     def checkpoint(self, cell: Cell) -> None:
@@ -356,7 +359,7 @@ class Driver:
     def pictures(self, cell: Cell, label: str) -> None:
         networks, weights = mixture_of(cell)
         rnd = CellRandom.for_generation(self.recipe.run.seed, cell.index, cell.generation, "evaluation")
-        path = self.run_dir.path / "samples" / f"{label}-cell-{cell.index:04d}.png"
+        path = self.run_dir.picture_path(label, cell.index)
         with writing(path):
             self.settings.problem.save_pictures(
                 networks,
@@ -422,10 +425,12 @@ def write_summary(
     if problem:
         summary["problem"] = dict(problem)
     run_dir.write_summary(summary)
-    from evogan.engine.plots import plot_metrics
+    from evogan.engine.plots import plot_grid, plot_metrics
 
     with writing(run_dir.path / "plots"):
         plot_metrics(run_dir)
+        final = {int(cell): float(scores["mixture_score"]) for cell, scores in cells.items()}
+        plot_grid(run_dir, final, build_topology(recipe).layout())
     return summary
 
 

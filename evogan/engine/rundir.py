@@ -7,7 +7,9 @@
         logs/cell-0003.log   one human-readable line per generation
         checkpoints/cell-0003-g000010.pt   the newest ``run.keep_checkpoints`` per cell, each with the
         checkpoints/cell-0003-g000010.sha256   digest recorded after it was written and read back
-        samples/             pictures of samples; plots/ curves; summary.json at the end
+        samples/gen-0010-cell-0003.png   a cell's mixture every ``run.samples_every`` generations;
+        samples/final-best-cell-0003.png the best mixture at the end
+        plots/               curves and the grid heatmap; summary.json at the end
 
 Every file that must never be seen half-written (checkpoints, summary) is written to a temporary file,
 fsynced and renamed over the old one.
@@ -31,6 +33,7 @@ from typing import Any
 
 import torch
 
+from evogan.download import file_digest
 from evogan.errors import RunFailure, UserError
 
 RECIPE_FILE = "recipe.toml"
@@ -200,6 +203,10 @@ class RunDirectory:
                 with writing(path):
                     atomic_write(path, partial(_write_lines, kept), binary=False)
 
+    def picture_path(self, label: str, cell: int) -> Path:
+        """Where the engine writes a cell's sample picture (``gen-0010`` or ``final-best``)."""
+        return self.path / "samples" / f"{label}-cell-{cell:04d}.png"
+
     # -------------------------------------------------------------------------------- checkpoints
     def checkpoint_path(self, cell: int, generation: int) -> Path:
         return self.path / "checkpoints" / f"cell-{cell:04d}-g{generation:06d}.pt"
@@ -338,11 +345,7 @@ def _digest_path(checkpoint: Path) -> Path:
 
 def file_sha256(path: Path) -> str:
     """SHA-256 (hex) of a file, read in 1 MiB blocks (checkpoints here, model weights in plugins)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    return file_digest(path, "sha256")
 
 
 __all__ = [

@@ -287,16 +287,18 @@ def launch(
     fresh = make_plugin_manager(blocked=blocked)  # what the workers load: their hooks fire there
     shared = [p for p in pm.get_plugins() if pm.get_name(p) in {fresh.get_name(q) for q in fresh.get_plugins()}]
     hooks = {name: pm.subset_hook_caller(name, remove_plugins=shared) for name in LIFECYCLE_HOOKS}
+    topology = build_topology(recipe)
     info = RunInfo(
         recipe=recipe,
         run_dir=run_dir,
-        topology=build_topology(recipe).describe(),
+        topology=topology.describe(),
         cells=cells,
         local_cells=tuple(range(cells)),
         generations=recipe.run.generations,
         start_generation=_start_generation(run_dir, cells) if prepared.resume else 0,
         device=recipe.run.device,
         workers=world,
+        layout=topology.layout(),
     )
     config = LaunchConfig(
         min_nodes=nodes.count,

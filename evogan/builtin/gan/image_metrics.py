@@ -1,4 +1,5 @@
-"""Image quality metrics: classifier FID/TVD for MNIST-like data, Inception FID/IS given a weights file.
+"""Image quality metrics: classifier FID/TVD for MNIST-like data, Inception FID/IS with the FID Inception
+weights (a file the user gives, or the cached copy, downloaded from the published URL when allowed).
 
 Both compare generated samples against statistics of a fixed real reference sample, computed once in
 ``prepare`` and kept in memory (and optionally on disk, keyed by the exact real pixels and the network's
@@ -16,15 +17,23 @@ from pathlib import Path
 from typing import ClassVar, Literal
 
 import torch
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from evogan.api import ComponentOptions, DataSource, Metric
 from evogan.builtin.gan.classifier import DEFAULT_WEIGHTS, INPUT_SHAPE, MnistClassifier, load_classifier
 from evogan.builtin.gan.classifier import weights_hash as file_hash
+from evogan.download import Remote, by_hand, cache_dir, downloads_allowed, fetch
 from evogan.errors import UserError
 from evogan.hookspecs import Register, hookimpl
 
 INCEPTION_FILE = "pt_inception-2015-12-05-6726825d.pth"
+# pytorch-fid's release of the TF-Inception port every FID tool uses (torch-fidelity's is the same file);
+# torch.hub's name carries the first 8 hex digits of this SHA-256.
+INCEPTION = Remote(
+    f"https://github.com/mseitzer/pytorch-fid/releases/download/fid_weights/{INCEPTION_FILE}",
+    "6726825d0af5f729cebd5821db510b11b1cfad8faad88a03f1befd49fb9129b2",
+)
+INCEPTION_WHAT = "the FID Inception weights"
 
 
 # --------------------------------------------------------------------------------------------- maths
@@ -229,21 +238,57 @@ class ClassifierMetric(Metric[ClassifierMetricOptions]):
 
 
 # --------------------------------------------------------------------------------------------- inception
-def inception_weights_problem(path: Path | None) -> str | None:
-    """Why ``path`` cannot be the FID Inception weights, or None when it looks usable."""
+def cached_inception() -> Path:
+    """Where the FID Inception weights are kept and looked for when no path is given."""
+    return cache_dir() / "weights" / INCEPTION_FILE
+
+
+def inception_weights_problem(path: Path | None, download: bool = False) -> str | None:
+    """Why the FID Inception weights cannot be had, or None: ``path``, else the cached copy, else a
+    download when allowed (``download`` or ``evogan run --download``)."""
     if path is None:
+        cached = cached_inception()
+        if cached.is_file() or downloads_allowed(download):
+            return None
         return (
-            f"the FID Inception weights file ({INCEPTION_FILE}) is required; no package ships it: copy it "
-            "from a machine with network access and give its path"
+            f"{INCEPTION_FILE} is not in the cache: run with --download (or set download = true), or "
+            f"{by_hand(INCEPTION_WHAT, INCEPTION, cached)}"
         )
     if not Path(path).expanduser().is_file():
         return f"{path} not found (expected the FID Inception weights {INCEPTION_FILE})"
     return None
 
 
+def inception_weights(path: Path | None, download: bool = False) -> tuple[Path, str]:
+    """The weights file to load and its SHA-256: ``path`` as given, or the cached copy (fetched when
+    missing and allowed), which must be the published file."""
+    problem = inception_weights_problem(path, download)
+    if problem:
+        raise UserError(f"metrics.inception.weights: {problem}")
+    if path is not None:
+        return path.expanduser(), file_hash(path.expanduser())
+    cached = cached_inception()
+    if not cached.is_file():
+        fetch(INCEPTION, cached, what=INCEPTION_WHAT)
+    digest = file_hash(cached)
+    if digest != INCEPTION.digest:  # e.g. copied in by hand from somewhere else
+        raise UserError(
+            f"{cached}: its sha256 is {digest}, not the published {INCEPTION.digest}; delete it and run with "
+            f"--download, or {by_hand(INCEPTION_WHAT, INCEPTION, cached)}"
+        )
+    return cached, digest
+
+
 class InceptionMetricOptions(ComponentOptions):
     weights: Path | None = Field(
-        None, validate_default=True, description=f"path to {INCEPTION_FILE} (required; never downloaded)"
+        None,
+        description=f"path to {INCEPTION_FILE}; none = the cached copy (<cache>/weights/{INCEPTION_FILE}, "
+        "SHA-256 checked)",
+    )
+    download: bool = Field(
+        False,
+        description="fetch the weights from the published URL into the cache when missing (needs network "
+        "access; evogan run --download does it for every component)",
     )
     samples: int = Field(1000, ge=2, description="real samples for the reference statistics")
     cache_dir: Path | None = Field(
@@ -261,13 +306,12 @@ class InceptionMetricOptions(ComponentOptions):
     batch_size: int = Field(50, ge=1, description="images per Inception forward pass")
     splits: int = Field(10, ge=1, description="splits for the Inception Score's mean and std")
 
-    @field_validator("weights")
-    @classmethod
-    def _weights_usable(cls, value: Path | None) -> Path | None:
-        problem = inception_weights_problem(value)
+    @model_validator(mode="after")
+    def _weights_usable(self) -> InceptionMetricOptions:
+        problem = inception_weights_problem(self.weights, self.download)
         if problem:
             raise ValueError(problem)
-        return value
+        return self
 
 
 def to_uint8_rgb(images: torch.Tensor) -> torch.Tensor:
@@ -298,19 +342,17 @@ class InceptionMetric(Metric[InceptionMetricOptions]):
     Options: ClassVar[type[InceptionMetricOptions]] = InceptionMetricOptions
 
     @classmethod
-    def check_weights(cls, path: Path | None) -> None:
+    def check_weights(cls, path: Path | None, download: bool = False) -> None:
         """For callers outside recipe validation: a :class:`UserError` naming the option."""
-        problem = inception_weights_problem(path)
+        problem = inception_weights_problem(path, download)
         if problem:
             raise UserError(f"metrics.{cls.name}.weights: {problem}")
 
     def __init__(self, options: InceptionMetricOptions) -> None:
         super().__init__(options)
-        self.check_weights(options.weights)
-        assert options.weights is not None
-        self.weights = options.weights.expanduser()
+        self.weights, digest = inception_weights(options.weights, options.download)
         #: first 12 hex digits of the weights' sha256, as for the classifier metric.
-        self.classifier_hash = file_hash(self.weights)[:12]
+        self.classifier_hash = digest[:12]
         self.cache = StatsCache("inception", options.cache_dir)
         self.device = torch.device("cpu")
         self.network: torch.nn.Module | None = None

@@ -2,7 +2,9 @@
 
 Everything arrives in the generator's value range, [-1, 1]. Small sets are pre-loaded into a
 :class:`TensorSource`; large ones (CelebA, folders) are decoded by loader workers. Nothing is ever
-downloaded unless a recipe says ``download = true``: missing files are a one-line :class:`UserError`
+downloaded unless a recipe says ``download = true`` (or ``evogan run --download``): the torchvision sets
+are then fetched from torchvision's published URLs, checked against its MD5s (:mod:`evogan.download`),
+into ``root`` (default: the cache's ``datasets`` folder). Missing files are a one-line :class:`UserError`
 that names the path expected and how to get the files offline.
 """
 
@@ -11,6 +13,10 @@ from __future__ import annotations
 import functools
 import gzip
 import importlib.metadata
+import os
+import shutil
+import tarfile
+import tempfile
 from pathlib import Path
 from typing import ClassVar, Literal
 
@@ -21,6 +27,7 @@ from torch.utils.data import Dataset as TorchDataset
 
 from evogan.api import Dataset, DatasetOptions, DataSource
 from evogan.builtin.gan.data import LoaderSource, TensorSource
+from evogan.download import Remote, cache_dir, downloads_allowed, fetch
 from evogan.errors import UserError
 from evogan.hookspecs import Register, hookimpl
 
@@ -94,10 +101,16 @@ class MnistDemoDataset(Dataset[LimitOptions]):
 
 # --------------------------------------------------------------------------------------------- torchvision
 class TorchvisionOptions(LimitOptions):
-    root: Path = Field(
-        Path("data"), description="folder holding the torchvision layout (e.g. <root>/MNIST/raw)"
+    root: Path | None = Field(
+        None,
+        description="folder holding the torchvision layout (e.g. <root>/MNIST/raw); "
+        "none = <cache>/datasets (cache: $EVOGAN_CACHE_DIR, else $XDG_CACHE_HOME/evogan or ~/.cache/evogan)",
     )
-    download: bool = Field(False, description="let torchvision download missing files (needs network access)")
+    download: bool = Field(
+        False,
+        description="fetch missing files from torchvision's published URLs into root, MD5-checked "
+        "(needs network access; evogan run --download does it for every component)",
+    )
     train: bool = Field(True, description="the training split (false: the test split)")
 
 
@@ -110,25 +123,33 @@ class _TorchvisionDataset(Dataset[TorchvisionOptions]):
     how_to_get: ClassVar[str]
 
     def _root(self) -> Path:
-        return Path(self.options.root).expanduser().resolve()
+        root = cache_dir() / "datasets" if self.options.root is None else self.options.root
+        return Path(root).expanduser().resolve()
+
+    def _missing(self) -> Path | None:
+        base = self._root() / self.folder
+        return next((base / name for name in self.files if not (base / name).is_file()), None)
 
     def _check_files(self) -> None:
-        base = self._root() / self.folder
-        for name in self.files:
-            if not (base / name).is_file():
-                where = base / name
-                raise UserError(
-                    f"dataset {self.name}: {where} not found; {self.how_to_get.format(dir=base)}, "
-                    "or set download = true"
-                )
+        missing = self._missing()
+        if missing is not None:
+            raise UserError(
+                f"dataset {self.name}: {missing} not found; {self.how_to_get.format(dir=missing.parent)}, "
+                "or set download = true (or evogan run --download)"
+            )
+
+    def _download(self) -> None:
+        """Fetch and unpack the published archives into root (each unpacked whole, then renamed in)."""
+        raise NotImplementedError
 
     def _arrays(self) -> tuple[torch.Tensor, torch.Tensor]:
         """uint8 images as (N, C, H, W) and int64 labels."""
         raise NotImplementedError
 
     def load(self, device: torch.device) -> DataSource:
-        if not self.options.download:
-            self._check_files()
+        if self._missing() is not None and downloads_allowed(self.options.download):
+            self._download()
+        self._check_files()
         try:
             images, labels = self._arrays()
         except (RuntimeError, ValueError, OSError) as error:
@@ -161,8 +182,26 @@ class MnistDataset(_TorchvisionDataset):
     def _arrays(self) -> tuple[torch.Tensor, torch.Tensor]:
         from torchvision.datasets import MNIST
 
-        data = MNIST(str(self._root()), train=self.options.train, download=self.options.download)
+        data = MNIST(str(self._root()), train=self.options.train, download=False)
         return data.data.unsqueeze(1), data.targets.to(torch.int64)
+
+    def _download(self) -> None:
+        from torchvision.datasets import MNIST, FashionMNIST
+
+        published = FashionMNIST if self.name == "fashion_mnist" else MNIST
+        raw = self._root() / self.folder
+        for archive, md5 in published.resources:
+            target = raw / archive.removesuffix(".gz")
+            if target.is_file():
+                continue
+            for index, mirror in enumerate(published.mirrors):  # torchvision's order; the last error is told
+                try:
+                    fetched = fetch(Remote(mirror + archive, md5, "md5"), raw / archive, what=f"{self.name} data")
+                    break
+                except UserError:
+                    if index == len(published.mirrors) - 1:
+                        raise
+            gunzip(fetched, target)
 
 
 class FashionMnistDataset(MnistDataset):
@@ -179,7 +218,7 @@ class FashionMnistDataset(MnistDataset):
     def _arrays(self) -> tuple[torch.Tensor, torch.Tensor]:
         from torchvision.datasets import FashionMNIST
 
-        data = FashionMNIST(str(self._root()), train=self.options.train, download=self.options.download)
+        data = FashionMNIST(str(self._root()), train=self.options.train, download=False)
         return data.data.unsqueeze(1), data.targets.to(torch.int64)
 
 
@@ -200,9 +239,40 @@ class Cifar10Dataset(_TorchvisionDataset):
     def _arrays(self) -> tuple[torch.Tensor, torch.Tensor]:
         from torchvision.datasets import CIFAR10
 
-        data = CIFAR10(str(self._root()), train=self.options.train, download=self.options.download)
+        data = CIFAR10(str(self._root()), train=self.options.train, download=False)
         images = torch.from_numpy(np.ascontiguousarray(data.data)).permute(0, 3, 1, 2).contiguous()
         return images, torch.tensor(data.targets, dtype=torch.int64)
+
+    def _download(self) -> None:
+        from torchvision.datasets import CIFAR10
+
+        root = self._root()
+        archive = fetch(Remote(CIFAR10.url, CIFAR10.tgz_md5, "md5"), root / CIFAR10.filename, what="CIFAR-10")
+        untar(archive, root, self.folder)
+
+
+def gunzip(archive: Path, target: Path) -> None:
+    """``archive`` decompressed to ``target`` through a temporary file: never half a file under its name."""
+    with (
+        tempfile.NamedTemporaryFile(dir=target.parent, prefix=target.name, delete=False) as out,
+        gzip.open(archive, "rb") as source,
+    ):
+        shutil.copyfileobj(source, out)
+    os.replace(out.name, target)
+
+
+def untar(archive: Path, root: Path, folder: str) -> None:
+    """Unpack ``archive``'s ``folder`` into ``root``: into a temporary directory first, then renamed in."""
+    with tempfile.TemporaryDirectory(dir=root) as scratch:
+        try:
+            with tarfile.open(archive) as tar:
+                tar.extractall(scratch, filter="data")
+        except (tarfile.TarError, OSError) as error:
+            raise UserError(f"{archive}: cannot unpack: {error}") from None
+        if not (Path(scratch) / folder).is_dir():
+            raise UserError(f"{archive}: holds no {folder}/ folder")
+        shutil.rmtree(root / folder, ignore_errors=True)  # an incomplete earlier copy
+        os.replace(Path(scratch) / folder, root / folder)
 
 
 # --------------------------------------------------------------------------------------------- image files

@@ -1,0 +1,213 @@
+"""TensorBoard for evogan runs, built only on the lifecycle hooks (:mod:`evogan.hookspecs`).
+
+Installed, it logs every run under ``RUN_DIR/tensorboard`` (``tensorboard --logdir RUN_DIR/tensorboard``):
+
+- ``cell-0003/``: one event directory per cell, written by the process that runs the cell, so a run with
+  ``--workers N`` logs each cell once. Each generation: every number of the cell's metrics record (losses,
+  learning rates, ``mixture_score``, the mixture's metrics, neighbourhood fitness, timings, and
+  ``sparsity/density_g``, ``density_d``, ``br``... when sparse) and the mixture weights
+  (``mixture_weights/cell-0001``); the cell's sample picture every ``run.samples_every`` generations.
+- ``best/``: written at the end of the run by the process that drives it: the best mixture score over the
+  cells at each generation (``best/mixture_score``, ``best/cell``, the best cell's mixture metrics), the
+  final scores of every cell and of the best mixture, its weights and its picture.
+
+A resumed or restarted cell starts its event file with a ``SessionLog.START`` at its first generation, so
+TensorBoard drops the events of the abandoned timeline after that step. tensorboard is imported when the
+first event is written, not when evogan loads its plugins. A write that fails (full disk) stops the run
+with one line naming the event file, as the engine's own writes do.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import itertools
+import os
+import shutil
+import socket
+import struct
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from evogan import hookimpl
+
+if TYPE_CHECKING:
+    from evogan.engine.run import RunInfo
+
+DIRECTORY = "tensorboard"
+BEST = "best"
+# Parts of a metrics record that are bookkeeping, not curves (staleness and drops per neighbour).
+SKIPPED = frozenset({"cell", "generation", "exchange", "staleness", "dropped", "replaced"})
+
+
+def cell_directory(cell: int) -> str:
+    return f"cell-{cell:04d}"
+
+
+def scalars(record: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, float]]:
+    """``(tag, value)`` for every number in ``record``, nested tables joined with ``/``; the mixture's
+    weights (``mixture``: cell -> weight) become ``mixture_weights/cell-0001``."""
+    for key, value in record.items():
+        if not prefix and key in SKIPPED:
+            continue
+        if not prefix and key == "mixture" and isinstance(value, Mapping):
+            for cell, weight in value.items():
+                yield f"mixture_weights/{cell_directory(int(cell))}", float(weight)
+        elif isinstance(value, Mapping):
+            yield from scalars(value, f"{prefix}{key}/")
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            yield f"{prefix}{key}", float(value)
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    """``(height, width)`` from a PNG's IHDR chunk (TensorBoard's image summary needs both)."""
+    if data[:8] != b"\x89PNG\r\n\x1a\n" or len(data) < 24:
+        raise ValueError("not a PNG file")
+    width, height = struct.unpack(">II", data[16:24])
+    return height, width
+
+
+class EventWriter:
+    """One TensorBoard event file, written synchronously by :meth:`flush` (tensorboard's own writer uses a
+    background thread, whose failures no one would see): a write that fails stops the run with one line
+    naming the file, as the engine's own writes do. Events wait in memory until the flush at the end of
+    each generation, which opens, appends and closes the file, so no file stays open between generations
+    (a worker may be stopped at any time; a file system can be remounted)."""
+
+    _serial = itertools.count()  # one file per writer, even two in one process and second
+
+    def __init__(self, directory: Path, *, first_step: int | None = None) -> None:
+        from tensorboard.compat.proto import event_pb2, summary_pb2
+
+        self._event, self._summary = event_pb2, summary_pb2
+        name = f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}.{os.getpid()}.{next(self._serial)}"
+        self.path = directory / name
+        self._pending: list[bytes] = []
+        self._add(event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2"))
+        if first_step is not None:  # TensorBoard discards what an earlier timeline logged from here on
+            start = event_pb2.SessionLog(status=event_pb2.SessionLog.START)
+            self._add(event_pb2.Event(wall_time=time.time(), step=first_step, session_log=start))
+
+    def _add(self, event: Any) -> None:
+        self._pending.append(event.SerializeToString())
+
+    def _write(self, step: int, values: list[Any]) -> None:
+        if values:
+            summary = self._summary.Summary(value=values)
+            self._add(self._event.Event(wall_time=time.time(), step=step, summary=summary))
+
+    def scalars(self, step: int, values: Iterable[tuple[str, float]]) -> None:
+        value = self._summary.Summary.Value
+        self._write(step, [value(tag=tag, simple_value=number) for tag, number in values])
+
+    def picture(self, step: int, tag: str, path: Path) -> None:
+        """The PNG at ``path`` as it is (no decoding); nothing when the engine wrote none."""
+        if not path.is_file():
+            return
+        data = path.read_bytes()
+        height, width = png_size(data)
+        image = self._summary.Summary.Image(height=height, width=width, colorspace=4, encoded_image_string=data)
+        self._write(step, [self._summary.Summary.Value(tag=tag, image=image)])
+
+    def flush(self) -> None:
+        from tensorboard.summary.writer.record_writer import RecordWriter
+
+        from evogan.engine.rundir import writing
+
+        if not self._pending:
+            return
+        with writing(self.path):
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self.path.open("ab") as handle:
+                records = RecordWriter(handle)
+                for data in self._pending:
+                    records.write(data)
+        self._pending.clear()
+
+    def close(self) -> None:
+        self.flush()
+
+
+class TensorBoard:
+    """The open writers of this process, one per (run directory, cell); cells may run in threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._writers: dict[tuple[Path, int], EventWriter] = {}
+
+    def cell_writer(self, run: RunInfo, cell: int, generation: int) -> EventWriter:
+        key = (run.run_dir.path, cell)
+        with self._lock:
+            if key not in self._writers:
+                directory = run.run_dir.path / DIRECTORY / cell_directory(cell)
+                self._writers[key] = EventWriter(directory, first_step=generation)
+            return self._writers[key]
+
+    def close(self, run_dir: Path | None = None) -> None:
+        with self._lock:
+            for key in [k for k in self._writers if run_dir is None or k[0] == run_dir]:
+                self._writers.pop(key).close()
+
+    def close_quietly(self) -> None:
+        """At exit: every event was flushed already; a failure now has no run left to stop."""
+        with contextlib.suppress(Exception):
+            self.close()
+
+    @hookimpl
+    def evogan_generation_end(self, run: RunInfo, cell: int, generation: int, record: Mapping[str, Any]) -> None:
+        writer = self.cell_writer(run, cell, generation)
+        writer.scalars(generation, scalars(record))
+        every = run.recipe.run.samples_every
+        if every and generation % every == 0:
+            writer.picture(generation, "samples", run.run_dir.picture_path(f"gen-{generation:04d}", cell))
+        writer.flush()
+
+    @hookimpl
+    def evogan_run_end(self, run: RunInfo, summary: Mapping[str, Any], interrupted: bool) -> None:
+        self.close(run.run_dir.path)  # this process's cells are done
+        if summary:
+            write_best(run, summary)
+
+
+def best_by_generation(records: Iterable[Mapping[str, Any]]) -> dict[int, Mapping[str, Any]]:
+    """generation -> the record with the lowest ``mixture_score`` (ties: the lowest cell)."""
+    best: dict[int, Mapping[str, Any]] = {}
+    for record in sorted(records, key=lambda r: (r["generation"], r["cell"])):
+        current = best.get(record["generation"])
+        if current is None or record["mixture_score"] < current["mixture_score"]:
+            best[record["generation"]] = record
+    return best
+
+
+def write_best(run: RunInfo, summary: Mapping[str, Any]) -> None:
+    """``best/``, rewritten whole at each run end (a resumed run's covers the whole run)."""
+    directory = run.run_dir.path / DIRECTORY / BEST
+    shutil.rmtree(directory, ignore_errors=True)
+    writer = EventWriter(directory)
+    for generation, record in best_by_generation(run.run_dir.read_metrics()).items():
+        values = [("best/mixture_score", float(record["mixture_score"])), ("best/cell", float(record["cell"]))]
+        values += [(f"best/{tag}", v) for tag, v in scalars(record.get("mixture_metrics", {}))]
+        writer.scalars(generation, values)
+    final = int(summary["generations"])
+    best_cell = int(summary["best_cell"])
+    cells = summary["cells"]
+    values = [("final/best_cell", float(best_cell))]
+    values += [(f"final/best/{tag}", v) for tag, v in scalars(summary["best_mixture"])]
+    values += [(f"final/mixture_score/{cell_directory(int(c))}", float(s["mixture_score"])) for c, s in cells.items()]
+    weights = cells[str(best_cell)].get("weights", {})
+    values += [(f"final/best_weights/{cell_directory(int(c))}", float(w)) for c, w in weights.items()]
+    writer.scalars(final, values)
+    writer.picture(final, "final/best_samples", run.run_dir.picture_path("final-best", best_cell))
+    writer.close()
+
+
+# The entry point registers this module: its hooks are those of one TensorBoard per process.
+_tensorboard = TensorBoard()
+evogan_generation_end = _tensorboard.evogan_generation_end
+evogan_run_end = _tensorboard.evogan_run_end
+atexit.register(_tensorboard.close_quietly)
+
+__all__ = ["BEST", "DIRECTORY", "EventWriter", "TensorBoard", "best_by_generation", "cell_directory", "scalars"]

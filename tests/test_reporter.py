@@ -1,0 +1,81 @@
+"""The live view's grid: cells laid out as the topology places them, scores coloured best to worst,
+beside the table on a wide terminal and below it on a narrow one."""
+
+from __future__ import annotations
+
+import io
+import math
+
+from rich.console import Console
+
+from evogan.builtin.reporter import TerminalReporter, grid_view, score_colour
+from evogan.engine.plots import cell_rows
+
+
+def test_cell_rows_follow_the_layout_or_fall_back_to_rows_of_a_list() -> None:
+    assert cell_rows(6, (2, 3)) == [[0, 1, 2], [3, 4, 5]]
+    assert cell_rows(6, (3, 2)) == [[0, 1], [2, 3], [4, 5]]
+    assert cell_rows(3, None) == [[0], [1], [2]]  # a ring: a list
+    assert cell_rows(5, None, columns=2) == [[0, 1], [2, 3], [4, None]]
+    assert cell_rows(5, (2, 3)) == [[0], [1], [2], [3], [4]]  # a layout that does not hold the cells is ignored
+
+
+def test_score_colours_run_from_green_for_the_best_to_red_for_the_worst() -> None:
+    assert score_colour(1.0, 1.0, 3.0) == "rgb(0,200,0)"
+    assert score_colour(2.0, 1.0, 3.0) == "rgb(255,200,0)"
+    assert score_colour(3.0, 1.0, 3.0) == "rgb(255,0,0)"
+    assert score_colour(math.inf, 1.0, 3.0) == "rgb(255,0,0)"  # a diverged cell
+    assert score_colour(5.0, 5.0, 5.0) == "rgb(0,200,0)"  # all equal: all best
+
+
+def render(renderable: object, width: int) -> str:
+    console = Console(file=io.StringIO(), width=width, force_terminal=True, color_system="truecolor")
+    console.print(renderable)
+    return console.file.getvalue()  # type: ignore[attr-defined]
+
+
+def plain(renderable: object, width: int) -> list[str]:
+    console = Console(file=io.StringIO(), width=width, color_system=None)
+    console.print(renderable)
+    return [line.rstrip() for line in console.file.getvalue().splitlines()]  # type: ignore[attr-defined]
+
+
+def test_grid_view_places_cells_row_by_row_and_colours_them() -> None:
+    scores = {0: 0.5, 1: 0.25, 2: 1.0, 4: 0.75}  # cell 3 and 5 have not reported yet
+    lines = plain(grid_view(scores, 6, (2, 3)), 60)
+    assert lines[0].strip() == "mixture score, 2x3"
+    assert lines[1].split() == ["0:0.5", "1:0.25", "2:1"]
+    assert lines[2].split() == ["3:-", "4:0.75", "5:-"]
+    coloured = render(grid_view(scores, 6, (2, 3)), 60)
+    assert "\x1b[38;2;0;200;0m" in coloured and "\x1b[38;2;255;0;0m" in coloured  # best cell 1, worst cell 2
+    listed = plain(grid_view({0: 1.0}, 3, None), 60)
+    assert listed[0].strip() == "mixture score, cells"
+    assert [line.strip() for line in listed[1:]] == ["0:1", "1:-", "2:-"]
+
+
+class Run:
+    cells = 4
+    layout = (2, 2)
+    generations = 3
+
+
+def reporter_with_rows() -> TerminalReporter:
+    reporter = TerminalReporter(Console(file=io.StringIO()), "plain")
+    reporter.info = Run()  # type: ignore[assignment]
+    for cell in range(4):
+        record = {
+            "cell": cell, "generation": 1, "g_loss": 0.7, "d_loss": 1.3, "lr_g": 2e-4, "lr_d": 2e-4,
+            "mixture_score": 0.1 * (cell + 1), "exchange": {},
+        }
+        reporter.rows[cell] = record
+    return reporter
+
+
+def test_the_grid_sits_beside_the_table_when_wide_and_below_it_when_narrow() -> None:
+    reporter = reporter_with_rows()
+    wide = plain(reporter._render(), 160)
+    assert wide[0].startswith("cell") and wide[0].endswith("mixture score, 2x2")  # one line: side by side
+    narrow = plain(reporter._render(), 80)
+    assert narrow[0].startswith("cell") and "mixture score, 2x2" not in narrow[0]
+    title = [line.strip() for line in narrow].index("mixture score, 2x2")
+    assert title > 4 and narrow[title + 1].split() == ["0:0.1", "1:0.2"]
