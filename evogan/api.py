@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from evogan.errors import UserError
 from evogan.individual import ROLES, Individual, Role
 
 if TYPE_CHECKING:
@@ -242,6 +243,20 @@ class ProblemContext:
     recipe_path: Path | None = None
 
 
+@dataclass
+class Sampler:
+    """A problem's ensemble as one module that needs only torch: ``module(*inputs)`` returns samples.
+
+    :param module: on the CPU, in eval mode; every input is batch-first (row ``i`` of each input makes
+        sample ``i``), so the exported file takes any number of samples.
+    :param inputs: per input, JSON-ready: its ``name``, per-sample ``shape`` and how to ``draw`` it
+        (written into the exported file, for users without evogan).
+    """
+
+    module: nn.Module
+    inputs: list[dict[str, Any]]
+
+
 class Problem(Component[OptionsT]):
     """A two-population coevolution problem: builds the networks, supplies data, losses and metrics.
 
@@ -347,6 +362,25 @@ class Problem(Component[OptionsT]):
     def objective(self, metrics: Mapping[str, float]) -> float:
         """The number the mixture ES minimises, taken from :meth:`evaluate`'s result."""
         raise NotImplementedError
+
+    # The three below serve ``evogan.load(...).sample()`` and ``evogan export``; a problem that leaves
+    # them out can still train, evaluate and draw pictures.
+    def mixture_samples(
+        self, generators: Sequence[nn.Module], weights: Sequence[float], n: int, *, generator: torch.Generator
+    ) -> torch.Tensor:
+        """``n`` samples from the weighted ensemble, every random number drawn from ``generator``."""
+        raise UserError(f"problem {self.name}: cannot draw samples (it has no mixture_samples)")
+
+    def sampler(self, generators: Sequence[nn.Module], weights: Sequence[float]) -> Sampler:
+        """A module that draws from the ensemble without evogan (:class:`Sampler`), for ``evogan export``."""
+        raise UserError(f"problem {self.name}: cannot be exported (it has no sampler)")
+
+    def sampler_inputs(
+        self, weights: Sequence[float], n: int, *, generator: torch.Generator
+    ) -> tuple[torch.Tensor, ...]:
+        """Inputs for :meth:`sampler`'s module that give what :meth:`mixture_samples` gives for the same
+        ``weights``, ``n`` and generator state (up to float rounding)."""
+        raise UserError(f"problem {self.name}: cannot be exported (it has no sampler_inputs)")
 
     def save_pictures(
         self,
@@ -581,6 +615,7 @@ __all__ = [
     "ProblemContext",
     "Received",
     "Role",
+    "Sampler",
     "Selection",
     "SparsityController",
     "Topology",

@@ -1,35 +1,16 @@
-"""The commands beside ``run``: ``evaluate`` and ``sample`` score and draw from a finished (or stopped)
-run; ``keys generate`` writes the ZeroMQ transport's CURVE certificates."""
+"""The commands beside ``run``: ``evaluate``, ``sample`` and ``export`` score, draw from and export a
+finished (or stopped) run, loaded as :func:`evogan.load` loads it; ``keys generate`` writes the ZeroMQ
+transport's CURVE certificates. torch is imported when a command runs, not when the CLI starts."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import click
-import torch
-from rich.console import Console
-from rich.table import Table
 
-from evogan.cli_common import disable_option, handle_errors, plugin_manager
-
-
-def _load_run(run_dir_path: Path, disable: tuple[str, ...], device: str | None) -> tuple[Any, Any, list[Any]]:
-    from evogan import recipe as recipes
-    from evogan.engine.run import build_settings, build_topology, load_cells, pick_device
-    from evogan.engine.rundir import RunDirectory
-    from evogan.errors import UserError
-    from evogan.registry import Registries
-
-    run_dir = RunDirectory.open_existing(run_dir_path)
-    if not run_dir.has_checkpoints():
-        raise UserError(f"{run_dir_path}: no checkpoints to evaluate (the run stopped before its first)")
-    registries = Registries.from_plugin_manager(plugin_manager(disable))
-    recipe = recipes.load(run_dir.recipe_path, registries)
-    settings = build_settings(recipe, registries, None, pick_device(device or recipe.run.device))
-    cells = load_cells(run_dir, settings, build_topology(recipe))
-    return recipe, settings, cells
+from evogan.cli_common import disable_option, handle_errors
+from evogan.errors import UserError
 
 
 @click.command()
@@ -40,16 +21,19 @@ def _load_run(run_dir_path: Path, disable: tuple[str, ...], device: str | None) 
 @handle_errors
 def evaluate(run_dir: Path, as_json: bool, device: str | None, disable: tuple[str, ...]) -> None:
     """Score every cell's best generator and its mixture ensemble from RUN_DIR's checkpoints."""
-    from evogan.engine.run import score_cells
+    from rich.console import Console
+    from rich.table import Table
 
-    recipe, settings, cells = _load_run(run_dir, disable, device)
-    scores = score_cells(cells, settings, recipe.run.seed)
+    from evogan.trained import load
+
+    trained = load(run_dir, device=device, disable=disable)
+    scores = trained.scores()
     best = min(scores, key=lambda c: scores[c]["mixture_score"])
     result = {
         "run": str(run_dir),
         "best_cell": int(best),
         "cells": scores,
-        **settings.problem.describe(),
+        **trained.problem.describe(),
     }
     if as_json:
         click.echo(json.dumps(result, indent=2, default=float))
@@ -102,32 +86,53 @@ def sample(
     disable: tuple[str, ...],
 ) -> None:
     """Write a grid (images) or scatter plot (2-D data) of samples from RUN_DIR's ensemble."""
-    from evogan.engine.run import mixture_of, score_cells
-    from evogan.errors import UserError
+    import torch
 
-    recipe, settings, cells = _load_run(run_dir, disable, device)
-    if cell is None:
-        scores = score_cells(cells, settings, recipe.run.seed)
-        cell = int(min(scores, key=lambda c: scores[c]["mixture_score"]))
-    if not 0 <= cell < len(cells):
-        raise UserError(f"--cell {cell}: the run has cells 0..{len(cells) - 1}")
-    chosen = cells[cell]
-    networks, weights = ([chosen.evaluated(chosen.best("generator"))], [1.0]) if single else mixture_of(chosen)
+    from evogan.trained import load
+
+    trained = load(run_dir, device=device, disable=disable)
+    ensemble = trained.single(cell) if single else trained.mixture(cell)
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
-        settings.problem.save_pictures(
-            networks,
-            weights,
+        trained.problem.save_pictures(
+            ensemble.networks,
+            ensemble.weights,
             output,
             generator=torch.Generator().manual_seed(seed),
-            title=f"cell {cell}",
+            title=f"cell {ensemble.cell}",
             count=count,
         )
     except OSError as exc:
         raise UserError(f"{output}: cannot write: {exc.strerror}") from None
     click.echo(
-        f"wrote {count} samples from cell {cell}{' (best generator)' if single else ' (mixture)'} to {output}"
+        f"wrote {count} samples from cell {ensemble.cell}{' (best generator)' if single else ' (mixture)'} "
+        f"to {output}"
     )
+
+
+@click.command()
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.option(
+    "-o",
+    "output",
+    type=click.Path(path_type=Path),
+    default=Path("mixture.pt2"),
+    show_default=True,
+    help="File to write (a torch.export archive).",
+)
+@click.option("--cell", type=int, help="Export this cell's mixture (default: the best-scoring cell).")
+@disable_option
+@handle_errors
+def export(run_dir: Path, output: Path, cell: int | None, disable: tuple[str, ...]) -> None:
+    """Write RUN_DIR's mixture ensemble as a file that samples it with torch alone (no evogan):
+    torch.export.load(FILE).module()(z, u); FILE's evogan.json says what z and u are."""
+    from evogan.trained import load
+
+    trained = load(run_dir, device="cpu", disable=disable)
+    mixture = trained.mixture(cell)
+    trained.export(output, mixture.cell)
+    shares = ", ".join(f"cell {m}: {w:.3f}" for m, w in zip(mixture.members, mixture.weights, strict=True))
+    click.echo(f"wrote cell {mixture.cell}'s mixture ({shares}) to {output}")
 
 
 @click.group(name="keys")
@@ -153,4 +158,4 @@ def generate(directory: Path, names: tuple[str, ...]) -> None:
     click.echo(f"keys in {directory}: public/ is the allow-list, private/ holds secrets (keep it private)")
 
 
-COMMANDS = [evaluate, sample, keys]
+COMMANDS = [evaluate, sample, export, keys]

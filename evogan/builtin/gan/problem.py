@@ -27,6 +27,7 @@ from evogan.api import (
     Problem,
     ProblemContext,
     Role,
+    Sampler,
 )
 from evogan.errors import UserError
 from evogan.individual import Individual
@@ -234,10 +235,11 @@ class GanProblem(Problem[GanOptions]):
             return discriminator(generator_net(z)), discriminator(real)
 
     # -------------------------------------------------------------------------------- ensembles
-    def mixture_samples(
-        self, generators: Sequence[nn.Module], weights: Sequence[float], n: int, *, generator: torch.Generator
-    ) -> torch.Tensor:
-        """``n`` samples from the weighted ensemble (Lipizzaner's exact proportion or multinomial)."""
+    def _mixture_draw(
+        self, weights: Sequence[float], n: int, generator: torch.Generator
+    ) -> tuple[list[torch.Tensor], list[int], torch.Tensor]:
+        """The ensemble's randomness: noise chunks (of at most 1,000), the generator each chunk is for,
+        and which ``n`` rows of the concatenated outputs are kept, in what order."""
         if self.options.mixture_sampling == "exact_proportion":
             counts = [math.ceil(n * w) for w in weights]
         else:
@@ -245,14 +247,42 @@ class GanProblem(Problem[GanOptions]):
                 torch.tensor(weights, dtype=torch.float), n, replacement=True, generator=generator
             )
             counts = torch.bincount(draws, minlength=len(weights)).tolist()
-        parts = []
+        chunks, owners = [], []
+        for index, count in enumerate(counts):
+            for start in range(0, count, 1000):
+                chunks.append(self.noise(min(1000, count - start), generator))
+                owners.append(index)
+        order = torch.randperm(sum(chunk.shape[0] for chunk in chunks), generator=generator)[:n]
+        return chunks, owners, order
+
+    def mixture_samples(
+        self, generators: Sequence[nn.Module], weights: Sequence[float], n: int, *, generator: torch.Generator
+    ) -> torch.Tensor:
+        """``n`` samples from the weighted ensemble (Lipizzaner's exact proportion or multinomial)."""
+        chunks, owners, order = self._mixture_draw(weights, n, generator)
         with evaluating(*generators):
-            for network, count in zip(generators, counts, strict=True):
-                for start in range(0, count, 1000):
-                    parts.append(network(self.noise(min(1000, count - start), generator)))
-        samples = torch.cat(parts)
-        order = torch.randperm(samples.shape[0], generator=generator)[:n].to(samples.device)
-        return samples[order]
+            samples = torch.cat([generators[owner](z) for z, owner in zip(chunks, owners, strict=True)])
+        return samples[order.to(samples.device)]
+
+    def sampler(self, generators: Sequence[nn.Module], weights: Sequence[float]) -> Sampler:
+        from evogan.builtin.gan.sampler import MixtureSampler
+
+        return Sampler(
+            MixtureSampler(generators, weights),
+            [
+                {"name": "z", "shape": list(self.networks.latent_shape()), "draw": "standard normal"},
+                {"name": "u", "shape": [], "draw": "uniform on [0, 1): picks each sample's generator"},
+            ],
+        )
+
+    def sampler_inputs(
+        self, weights: Sequence[float], n: int, *, generator: torch.Generator
+    ) -> tuple[torch.Tensor, ...]:
+        from evogan.builtin.gan.sampler import uniform_for
+
+        chunks, owners, order = self._mixture_draw(weights, n, generator)
+        choice = torch.cat([torch.full((z.shape[0],), owner) for z, owner in zip(chunks, owners, strict=True)])
+        return torch.cat(chunks).cpu()[order], uniform_for(choice[order], weights)
 
     def evaluate(
         self, generators: Sequence[nn.Module], weights: Sequence[float], *, generator: torch.Generator
