@@ -13,16 +13,23 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
-import torch
 from pydantic import Field, field_validator
 
 from evogan.api import ComponentOptions, DataSource, Metric
-from evogan.builtin.gan.classifier import DEFAULT_WEIGHTS, INPUT_SHAPE, MnistClassifier, load_classifier
-from evogan.builtin.gan.classifier import weights_hash as file_hash
 from evogan.errors import UserError
 from evogan.hookspecs import Register, hookimpl
+from evogan.lazy import lazy
+
+if TYPE_CHECKING:
+    import torch
+
+    from evogan.builtin.gan import classifier
+    from evogan.builtin.gan.classifier import MnistClassifier
+else:  # imported on first use: `evogan validate` and `components` read options without them
+    torch = lazy("torch", globals())
+    classifier = lazy("evogan.builtin.gan.classifier", globals())
 
 INCEPTION_FILE = "pt_inception-2015-12-05-6726825d.pth"
 
@@ -176,16 +183,16 @@ class ClassifierMetric(Metric[ClassifierMetricOptions]):
 
     def __init__(self, options: ClassifierMetricOptions) -> None:
         super().__init__(options)
-        self.weights = DEFAULT_WEIGHTS if options.weights is None else options.weights.expanduser()
-        self.model: MnistClassifier = load_classifier(self.weights)
+        self.weights = classifier.DEFAULT_WEIGHTS if options.weights is None else options.weights.expanduser()
+        self.model: MnistClassifier = classifier.load_classifier(self.weights)
         #: first 12 hex digits of the weights' sha256: record it beside every score.
-        self.classifier_hash = file_hash(self.weights)[:12]
+        self.classifier_hash = classifier.weights_hash(self.weights)[:12]
         self.cache = StatsCache("classifier", options.cache_dir)
         self.device = torch.device("cpu")
         self.real: RealStats | None = None
 
     def _check(self, shape: tuple[int, ...], what: str) -> None:
-        if tuple(shape) != INPUT_SHAPE:
+        if tuple(shape) != classifier.INPUT_SHAPE:
             raise UserError(
                 f"metric {self.name} scores 1x28x28 images (MNIST-like); {what} has shape {tuple(shape)}"
             )
@@ -310,7 +317,7 @@ class InceptionMetric(Metric[InceptionMetricOptions]):
         assert options.weights is not None
         self.weights = options.weights.expanduser()
         #: first 12 hex digits of the weights' sha256, as for the classifier metric.
-        self.classifier_hash = file_hash(self.weights)[:12]
+        self.classifier_hash = classifier.weights_hash(self.weights)[:12]
         self.cache = StatsCache("inception", options.cache_dir)
         self.device = torch.device("cpu")
         self.network: torch.nn.Module | None = None

@@ -10,11 +10,9 @@ import math
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-import torch
 from pydantic import Field
-from torch import nn
 
 from evogan.api import (
     ComponentOptions,
@@ -31,7 +29,15 @@ from evogan.api import (
 )
 from evogan.errors import UserError
 from evogan.individual import Individual
+from evogan.lazy import lazy
 from evogan.recipe import ComponentRef, build_nested, component_field
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+else:  # imported on first use: `evogan validate` and `components` read options without them
+    torch = lazy("torch", globals())
+    nn = lazy("torch.nn", globals())
 
 
 @contextmanager
