@@ -274,6 +274,11 @@ class Problem(Component[OptionsT]):
     def setup(self) -> None:
         """Load data and check that the chosen pieces fit; raise ``UserError`` on bad input."""
 
+    def prepare_scoring(self) -> None:
+        """Get ready to score (a metric's statistics of the real data): called after :meth:`setup` before
+        a run trains or ``evogan evaluate`` scores, not when a run is loaded only to sample or export.
+        Nothing by default."""
+
     @property
     @abc.abstractmethod
     def learning_rate(self) -> float:

@@ -82,6 +82,7 @@ class TrainedRun:
         self, run_dir: RunDirectory, recipe: Recipe, settings: CellSettings, cells: list[Cell]
     ) -> None:
         self.run_dir, self.recipe, self.settings, self.cells = run_dir, recipe, settings, cells
+        self._scoring_ready = False
 
     @property
     def path(self) -> Path:
@@ -116,6 +117,9 @@ class TrainedRun:
         """Every cell's best generator and mixture, scored on the run's fixed evaluation noise."""
         from evogan.engine.run import score_cells
 
+        if not self._scoring_ready:  # the metric's real statistics: only now, when scores are asked for
+            self.problem.prepare_scoring()
+            self._scoring_ready = True
         return score_cells(self.cells, self.settings, self.recipe.run.seed)
 
     @cached_property
@@ -188,7 +192,9 @@ def load(path: Path | str, *, device: str | None = None, disable: tuple[str, ...
         ``run.device``).
     :param disable: plugins not to load (names as for ``--disable-plugin``).
 
-    The recipe's problem is set up as for training (its data is loaded: networks are sized by it).
+    The recipe's problem is set up as for training (its data is loaded: networks are sized by it), but
+    its metric is prepared only when scores are asked for (:meth:`TrainedRun.scores`, or
+    :attr:`TrainedRun.best_cell` of a run without a summary of these checkpoints).
     Errors (no such directory, not a run directory, no checkpoints, a bad ``device``) are ``UserError``
     with one line.
     """
@@ -205,7 +211,7 @@ def load(path: Path | str, *, device: str | None = None, disable: tuple[str, ...
         raise UserError(f"{path}: no checkpoints to load (the run stopped before its first)")
     registries = Registries.from_plugin_manager(make_plugin_manager(blocked=disable))
     recipe = recipes.load(run_dir.recipe_path, registries)
-    settings = build_settings(recipe, registries, None, pick_device(device or recipe.run.device))
+    settings = build_settings(recipe, registries, None, pick_device(device or recipe.run.device), scoring=False)
     cells = load_cells(run_dir, settings, build_topology(recipe))
     return TrainedRun(run_dir, recipe, settings, cells)
 

@@ -100,3 +100,24 @@ def test_sample_on_cuda(run_dir: Path) -> None:
     on_cpu = evogan.load(run_dir, device="cpu").sample(100, seed=2, device="cuda")
     assert on_cpu.device.type == "cuda"
     torch.testing.assert_close(samples, on_cpu, rtol=1e-4, atol=1e-5)
+
+
+def test_the_metric_is_prepared_only_when_scores_are_asked_for(
+    run_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Sampling and exporting a run need no real-data statistics (an Inception pass over CelebA's
+    reference sample, for the FID metric): loading skips them until something is scored."""
+    from evogan.builtin.gan.toy import ModeCoverage
+
+    prepared: list[object] = []
+    original = ModeCoverage.prepare
+    monkeypatch.setattr(ModeCoverage, "prepare", lambda self, *a, **k: prepared.append(self) or original(self, *a, **k))
+    run = evogan.load(run_dir)
+    run.sample(10, cell=1)
+    assert run.summary is not None and run.best_cell == run.summary["best_cell"]  # nothing scored
+    assert prepared == []
+    first = run.scores()
+    assert len(prepared) == 1 and run.scores() == first and len(prepared) == 1
+    assert {c: s["mixture"] for c, s in first.items()} == {
+        c: s["mixture"] for c, s in (run.summary or {})["cells"].items()
+    }  # the same scores the run recorded at its end

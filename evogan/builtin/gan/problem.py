@@ -106,8 +106,10 @@ class GanProblem(Problem[GanOptions]):
                 f"problem.batch_size: {self.options.batch_size} exceeds the dataset's {len(self.data)} samples"
             )
         self.networks.check(self.data.sample_shape)
+
+    def prepare_scoring(self) -> None:
         generator = torch.Generator().manual_seed(self.context.seed)
-        self.metric.prepare(self.data, self.device, generator=generator)
+        self.metric.prepare(self.source, self.device, generator=generator)
 
     @property
     def source(self) -> DataSource:
