@@ -125,3 +125,32 @@ def test_errors_are_one_line(run_dir: Path, tmp_path: Path) -> None:
     assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
     with pytest.raises(UserError, match="cannot write"):
         evogan.load(run_dir).export(blocker / "m.pt2")
+
+
+@pytest.mark.parametrize(
+    ("networks", "options", "shape"),
+    [("conv32", {"ngf": 8, "ndf": 8}, (3, 32, 32)), ("sngan32", {"ngf": 8, "ndf": 8}, (3, 32, 32))],
+)
+def test_image_generators_export(networks: str, options: dict, shape: tuple[int, ...]) -> None:
+    """Batch norm (conv32) and spectral-norm parametrizations (sngan32) go through torch.export; each row
+    is the generator ``u`` picks, applied to its ``z``."""
+    from evogan.builtin.gan.sampler import MixtureSampler, uniform_for
+    from evogan.plugins import make_plugin_manager
+    from evogan.registry import Registries
+
+    component = Registries.from_plugin_manager(make_plugin_manager(autoload=False))["network"].get(networks)
+    pair = component(component.Options(**options))
+    generators = [pair.build("generator", shape, generator=torch.Generator().manual_seed(i)) for i in range(2)]
+    sampler = MixtureSampler(generators, [0.25, 0.75])
+    batch = torch.export.Dim("samples", min=1)
+    z, u = torch.randn(2, *pair.latent_shape()), torch.rand(2)
+    with torch.no_grad():
+        program = torch.export.export(sampler, (z, u), dynamic_shapes=({0: batch}, {0: batch})).module()
+        choice = torch.tensor([0, 1, 1, 0, 1])
+        z = torch.randn(5, *pair.latent_shape(), generator=torch.Generator().manual_seed(9))
+        out = program(z, uniform_for(choice, [0.25, 0.75]))
+        for network in generators:
+            network.eval()
+        expected = torch.stack([generators[int(k)](z[i : i + 1])[0] for i, k in enumerate(choice)])
+    assert out.shape == (5, *shape)
+    torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-5)
