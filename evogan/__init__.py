@@ -2,8 +2,24 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import TYPE_CHECKING
+
 from evogan.hookspecs import hookimpl
+
+if TYPE_CHECKING:
+    from evogan.trained import TrainedRun
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "hookimpl"]
+
+def load(path: Path | str, *, device: str | None = None, disable: tuple[str, ...] = ()) -> TrainedRun:
+    """A finished (or stopped) run's cells from their checkpoints: see :func:`evogan.trained.load`.
+
+    Defined here, importing torch only when called, so ``import evogan`` stays light."""
+    from evogan.trained import load as load_run
+
+    return load_run(path, device=device, disable=disable)
+
+
+__all__ = ["__version__", "hookimpl", "load"]

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from evogan.errors import UserError
 from evogan.individual import ROLES, Individual, Role
 
 if TYPE_CHECKING:
@@ -274,6 +275,20 @@ class StackedTraining(abc.ABC):
         """Write the weights and optimizer state back into the individuals."""
 
 
+@dataclass
+class Sampler:
+    """A problem's ensemble as one module that needs only torch: ``module(*inputs)`` returns samples.
+
+    :param module: on the CPU, in eval mode; every input is batch-first (row ``i`` of each input makes
+        sample ``i``), so the exported file takes any number of samples.
+    :param inputs: per input, JSON-ready: its ``name``, per-sample ``shape`` and how to ``draw`` it
+        (written into the exported file, for users without evogan).
+    """
+
+    module: nn.Module
+    inputs: list[dict[str, Any]]
+
+
 class Problem(Component[OptionsT]):
     """A two-population coevolution problem: builds the networks, supplies data, losses and metrics.
 
@@ -290,6 +305,11 @@ class Problem(Component[OptionsT]):
 
     def setup(self) -> None:
         """Load data and check that the chosen pieces fit; raise ``UserError`` on bad input."""
+
+    def prepare_scoring(self) -> None:
+        """Get ready to score (a metric's statistics of the real data): called after :meth:`setup` before
+        a run trains or ``evogan evaluate`` scores, not when a run is loaded only to sample or export.
+        Nothing by default."""
 
     @property
     @abc.abstractmethod
@@ -406,6 +426,26 @@ class Problem(Component[OptionsT]):
             return self.evaluate(generators, weights, generator=torch.Generator().manual_seed(seeds[0]))
 
         return score
+
+
+    # The three below serve ``evogan.load(...).sample()`` and ``evogan export``; a problem that leaves
+    # them out can still train, evaluate and draw pictures.
+    def mixture_samples(
+        self, generators: Sequence[nn.Module], weights: Sequence[float], n: int, *, generator: torch.Generator
+    ) -> torch.Tensor:
+        """``n`` samples from the weighted ensemble, every random number drawn from ``generator``."""
+        raise UserError(f"problem {self.name}: cannot draw samples (it has no mixture_samples)")
+
+    def sampler(self, generators: Sequence[nn.Module], weights: Sequence[float]) -> Sampler:
+        """A module that draws from the ensemble without evogan (:class:`Sampler`), for ``evogan export``."""
+        raise UserError(f"problem {self.name}: cannot be exported (it has no sampler)")
+
+    def sampler_inputs(
+        self, weights: Sequence[float], n: int, *, generator: torch.Generator
+    ) -> tuple[torch.Tensor, ...]:
+        """Inputs for :meth:`sampler`'s module that give what :meth:`mixture_samples` gives for the same
+        ``weights``, ``n`` and generator state (up to float rounding)."""
+        raise UserError(f"problem {self.name}: cannot be exported (it has no sampler_inputs)")
 
     def save_pictures(
         self,
@@ -663,6 +703,7 @@ __all__ = [
     "ProblemContext",
     "Received",
     "Role",
+    "Sampler",
     "Selection",
     "SparsityController",
     "StackedTraining",

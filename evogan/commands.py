@@ -1,6 +1,7 @@
-"""The commands beside ``run``: ``evaluate`` and ``sample`` score and draw from a finished (or stopped)
-run, ``optimize`` tunes its mixture weights after training; ``keys generate`` writes the ZeroMQ
-transport's CURVE certificates."""
+"""The commands beside ``run``: ``evaluate``, ``sample`` and ``export`` score, draw from and export a
+finished (or stopped) run, loaded as :func:`evogan.load` loads it; ``optimize`` tunes its mixture weights
+after training; ``keys generate`` writes the ZeroMQ transport's CURVE certificates. torch is imported when
+a command runs, not when the CLI starts."""
 
 from __future__ import annotations
 
@@ -9,36 +10,15 @@ from pathlib import Path
 from typing import Any
 
 import click
-import torch
-from rich.console import Console
-from rich.table import Table
 
-from evogan.cli_common import disable_option, handle_errors, plugin_manager
-
-
-def _load_run(run_dir_path: Path, disable: tuple[str, ...], device: str | None) -> tuple[Any, Any, list[Any]]:
-    from evogan import recipe as recipes
-    from evogan.engine.run import build_settings, build_topology, load_cells, pick_device
-    from evogan.engine.rundir import RunDirectory
-    from evogan.errors import UserError
-    from evogan.registry import Registries
-
-    run_dir = RunDirectory.open_existing(run_dir_path)
-    if not run_dir.has_checkpoints():
-        raise UserError(f"{run_dir_path}: no checkpoints to evaluate (the run stopped before its first)")
-    registries = Registries.from_plugin_manager(plugin_manager(disable))
-    recipe = recipes.load(run_dir.recipe_path, registries)
-    settings = build_settings(recipe, registries, None, pick_device(device or recipe.run.device))
-    cells = load_cells(run_dir, settings, build_topology(recipe))
-    return recipe, settings, cells
-
+from evogan.cli_common import disable_option, handle_errors
+from evogan.errors import UserError
 
 optimized_option = click.option(
     "--optimized",
     type=click.Choice(["neighbourhood", "all"]),
     help="Use the best ensemble `evogan optimize` chose from this pool (optimized-mixture.json).",
 )
-
 
 @click.command()
 @click.argument("run_dir", type=click.Path(path_type=Path))
@@ -52,27 +32,33 @@ def evaluate(
 ) -> None:
     """Score every cell's best generator and its mixture ensemble from RUN_DIR's checkpoints (and, with
     --optimized, the optimised ensemble on the same evaluation noise as the best cell's mixture)."""
-    from evogan.engine.ensemble import optimized_ensemble
-    from evogan.engine.run import evaluation_seed, score_cells
+    import torch
+    from rich.console import Console
+    from rich.table import Table
 
-    recipe, settings, cells = _load_run(run_dir, disable, device)
-    scores = score_cells(cells, settings, recipe.run.seed)
+    from evogan.engine.ensemble import optimized_ensemble
+    from evogan.engine.run import evaluation_seed
+    from evogan.trained import load
+
+    trained = load(run_dir, device=device, disable=disable)
+    scores = trained.scores()
     best = min(scores, key=lambda c: scores[c]["mixture_score"])
     result = {
         "run": str(run_dir),
         "best_cell": int(best),
         "cells": scores,
-        **settings.problem.describe(),
+        **trained.problem.describe(),
     }
     if optimized:
-        networks, weights, chosen = optimized_ensemble(run_dir, optimized, cells)
-        noise = evaluation_seed(recipe.run.seed, cells[int(best)])
-        metrics = settings.problem.evaluate(networks, weights, generator=torch.Generator().manual_seed(noise))
+        problem = trained.problem
+        networks, weights, chosen = optimized_ensemble(run_dir, optimized, trained.cells)
+        noise = evaluation_seed(trained.recipe.run.seed, trained.cells[int(best)])
+        metrics = problem.evaluate(networks, weights, generator=torch.Generator().manual_seed(noise))
         result["optimized"] = {
             "pool": optimized,
             "weights": chosen["after"]["weights"],
             "metrics": metrics,
-            "score": settings.problem.objective(metrics),
+            "score": problem.objective(metrics),
         }
     if as_json:
         click.echo(json.dumps(result, indent=2, default=float))
@@ -137,10 +123,15 @@ def optimize(
 ) -> None:
     """Optimise the mixture weights of RUN_DIR's finished ensembles with a (1+1)-ES on fixed noise
     (Lipizzaner's optimize_mixture); write RUN_DIR/optimized-mixture.json, leave the checkpoints alone."""
-    from evogan.engine.ensemble import optimise_run
-    from evogan.engine.rundir import RunDirectory
+    from rich.console import Console
+    from rich.table import Table
 
-    recipe, settings, cells = _load_run(run_dir, disable, device)
+    from evogan.engine.ensemble import optimise_run
+    from evogan.trained import load
+
+    trained = load(run_dir, device=device, disable=disable)
+    trained.prepare_scoring()
+    recipe = trained.recipe
     configured = recipe.mixture.optimize
     changes: dict[str, Any] = {"generations": generations or configured.generations or 10}
     for key, value in (("pool", pool), ("samples", samples), ("sigma", sigma), ("random_init", random_init)):
@@ -148,7 +139,7 @@ def optimize(
             changes[key] = value
     options = configured.model_copy(update=changes)
     entry = optimise_run(
-        RunDirectory(run_dir), settings.problem, cells, options, seed=recipe.run.seed if seed is None else seed
+        trained.run_dir, trained.problem, trained.cells, options, seed=recipe.run.seed if seed is None else seed
     )
     if as_json:
         click.echo(json.dumps(entry, indent=2, default=float))
@@ -157,7 +148,7 @@ def optimize(
     for column in ("ensemble", "members", "score before", "score after", "accepted", "weights after"):
         table.add_column(column, justify="right")
     for i, result in enumerate(entry["ensembles"]):
-        label = "grid" if result["centre"] is None else f"cell {result['centre']}"
+        label = "every cell" if result["centre"] is None else f"cell {result['centre']}"
         weights = " ".join(f"{w:.3f}" for w in result["after"]["weights"].values())
         table.add_row(
             label,
@@ -206,35 +197,29 @@ def sample(
 ) -> None:
     """Write a grid (images) or scatter plot (2-D data) of samples from RUN_DIR's ensemble."""
     from evogan.engine.ensemble import optimized_ensemble
-    from evogan.engine.run import mixture_of, score_cells
-    from evogan.errors import UserError
+    from evogan.trained import load
 
-    recipe, settings, cells = _load_run(run_dir, disable, device)
+    if optimized and (cell is not None or single):
+        raise UserError("--optimized draws from the optimised ensemble: leave out --cell and --single")
+    trained = load(run_dir, device=device, disable=disable)
     if optimized:
-        if cell is not None or single:
-            raise UserError("--optimized draws from the optimised ensemble: leave out --cell and --single")
-        networks, weights, chosen = optimized_ensemble(run_dir, optimized, cells)
-        label = "the grid" if chosen["centre"] is None else f"cell {chosen['centre']}"
-        _save_pictures(settings.problem, networks, weights, output, seed, count, f"optimised, {label}")
+        networks, weights, chosen = optimized_ensemble(run_dir, optimized, trained.cells)
+        label = "every cell" if chosen["centre"] is None else f"cell {chosen['centre']}"
+        _save_pictures(trained.problem, networks, weights, output, seed, count, f"optimised, {label}")
         click.echo(f"wrote {count} samples from the optimised {optimized} ensemble ({label}) to {output}")
         return
-    if cell is None:
-        scores = score_cells(cells, settings, recipe.run.seed)
-        cell = int(min(scores, key=lambda c: scores[c]["mixture_score"]))
-    if not 0 <= cell < len(cells):
-        raise UserError(f"--cell {cell}: the run has cells 0..{len(cells) - 1}")
-    chosen = cells[cell]
-    networks, weights = ([chosen.evaluated(chosen.best("generator"))], [1.0]) if single else mixture_of(chosen)
-    _save_pictures(settings.problem, networks, weights, output, seed, count, f"cell {cell}")
+    ensemble = trained.single(cell) if single else trained.mixture(cell)
+    _save_pictures(trained.problem, ensemble.networks, ensemble.weights, output, seed, count, f"cell {ensemble.cell}")
     click.echo(
-        f"wrote {count} samples from cell {cell}{' (best generator)' if single else ' (mixture)'} to {output}"
+        f"wrote {count} samples from cell {ensemble.cell}{' (best generator)' if single else ' (mixture)'} "
+        f"to {output}"
     )
 
 
 def _save_pictures(
     problem: Any, networks: list[Any], weights: list[float], output: Path, seed: int, count: int, title: str
 ) -> None:
-    from evogan.errors import UserError
+    import torch
 
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
@@ -243,6 +228,31 @@ def _save_pictures(
         )
     except OSError as exc:
         raise UserError(f"{output}: cannot write: {exc.strerror}") from None
+
+
+@click.command()
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.option(
+    "-o",
+    "output",
+    type=click.Path(path_type=Path),
+    default=Path("mixture.pt2"),
+    show_default=True,
+    help="File to write (a torch.export archive).",
+)
+@click.option("--cell", type=int, help="Export this cell's mixture (default: the best-scoring cell).")
+@disable_option
+@handle_errors
+def export(run_dir: Path, output: Path, cell: int | None, disable: tuple[str, ...]) -> None:
+    """Write RUN_DIR's mixture ensemble as a file that samples it with torch alone (no evogan):
+    torch.export.load(FILE).module()(z, u); FILE's evogan.json says what z and u are."""
+    from evogan.trained import load
+
+    trained = load(run_dir, device="cpu", disable=disable)
+    mixture = trained.mixture(cell)
+    trained.export(output, mixture.cell)
+    shares = ", ".join(f"cell {m}: {w:.3f}" for m, w in zip(mixture.members, mixture.weights, strict=True))
+    click.echo(f"wrote cell {mixture.cell}'s mixture ({shares}) to {output}")
 
 
 @click.group(name="keys")
@@ -268,4 +278,4 @@ def generate(directory: Path, names: tuple[str, ...]) -> None:
     click.echo(f"keys in {directory}: public/ is the allow-list, private/ holds secrets (keep it private)")
 
 
-COMMANDS = [evaluate, sample, optimize, keys]
+COMMANDS = [evaluate, sample, optimize, export, keys]

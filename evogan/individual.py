@@ -9,11 +9,13 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import torch
 from deap import base
-from torch import nn
+
+if TYPE_CHECKING:  # only in annotations: `import evogan` must not import torch (see evogan.lazy)
+    import torch
+    from torch import nn
 
 Role = Literal["generator", "discriminator"]
 ROLES: tuple[Role, Role] = ("generator", "discriminator")
@@ -29,7 +31,7 @@ class LossFitness(base.Fitness):
         return self.values[0] if self.valid else float("inf")
 
 
-OptimizerFactory = Callable[[Role, nn.Module, float], torch.optim.Optimizer]
+OptimizerFactory = Callable[[Role, "nn.Module", float], "torch.optim.Optimizer"]
 
 
 @dataclass(eq=False)

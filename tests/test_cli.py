@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -147,3 +150,49 @@ def test_a_run_that_fails_on_its_data_leaves_no_run_directory(tiny_recipe, tmp_p
     result = invoke("run", str(tiny_recipe()), "--quiet", "--set", "problem.batch_size=100000")
     assert result.exit_code == 2 and "problem.batch_size: 100000 exceeds the dataset's 512 samples" in result.output
     assert list((tmp_path / "runs").iterdir()) == []
+
+
+# Runs the CLI in a fresh interpreter and prints the torch modules it imported; a finder on the meta path
+# records which evogan or plugin line imported torch first, so a failure says where to look.
+TORCH_PROBE = r"""
+import json, runpy, sys, traceback
+
+first = []
+
+class Watch:
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" and not first:
+            first.extend(f"{f.filename}:{f.lineno}" for f in traceback.extract_stack()[:-1]
+                         if "importlib" not in f.filename and "<frozen" not in f.filename)
+        return None
+
+sys.meta_path.insert(0, Watch())
+sys.argv = ["evogan", *sys.argv[1:]]
+try:
+    runpy.run_module("evogan", run_name="__main__")
+except SystemExit as exit:
+    code = exit.code
+print(json.dumps({"code": code, "torch": "torch" in sys.modules, "first": first[-4:]}), file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--help"], ["validate", "recipes/toy-ring.toml"], ["validate", "TINY"], ["plugins"], ["components"]],
+)
+def test_quick_commands_do_not_import_torch(args: list[str], tiny_recipe) -> None:
+    """Reading recipes and listing plugins import no torch (about a second of start-up): the installed
+    plugins (this repository's among them) are loaded as a user's run loads them."""
+    root = Path(__file__).resolve().parents[1]
+    args = [str(tiny_recipe()) if arg == "TINY" else arg for arg in args]
+    done = subprocess.run(
+        [sys.executable, "-c", TORCH_PROBE, *args],
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    report = json.loads(done.stderr.strip().splitlines()[-1])
+    assert report["code"] in (0, None), done.stderr
+    assert not report["torch"], f"torch imported by: {report['first']}"

@@ -127,7 +127,7 @@ ORDINARY_WORDS = {
     ("sparse/controller.py", "dense"): "the FLOPs ledger's key for the same steps at density 1",
     ("sparse/controller.py", "static"): "ADAPT's g_mask value: the generator keeps its initial mask",
     ("sparse/flops.py", "dense"): "the FLOPs ledger's key for the same steps at density 1",
-    ("sparse/masks.py", "classifier"): "a layer name kept dense by default",
+    ("sparse/defaults.py", "classifier"): "a layer name kept dense by default",
 }
 
 

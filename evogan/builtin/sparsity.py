@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, ClassVar
 
 from evogan.api import ComponentOptions, GeneratorStep, Problem, SparsityController
 from evogan.hookspecs import Register, hookimpl
-from evogan.sparse import validate_sparse_state
 from evogan.sparse.controller import (
     AdaptOptions,
     AdaptStrictOptions,
@@ -50,6 +49,8 @@ class Dense(SparsityController[ComponentOptions]):
         return {}
 
     def check(self, individual: Individual) -> None:
+        from evogan.sparse.state import validate_sparse_state  # imports torch: not at start-up
+
         validate_sparse_state(individual, controller=self.name, masked=False)
 
 

@@ -75,9 +75,15 @@ def build_topology(recipe: Recipe) -> Topology:
 
 
 def build_settings(
-    recipe: Recipe, registries: Registries, run_dir: RunDirectory | None, device: torch.device
+    recipe: Recipe,
+    registries: Registries,
+    run_dir: RunDirectory | None,
+    device: torch.device,
+    *,
+    scoring: bool = True,
 ) -> CellSettings:
-    """Instantiate the recipe's components; the problem loads its data here (UserError if missing)."""
+    """Instantiate the recipe's components; the problem loads its data here (UserError if missing) and,
+    unless ``scoring`` is off (a run loaded to sample from), prepares its metric."""
     choices = recipe.choices
     context = ProblemContext(
         registries=registries,
@@ -88,6 +94,8 @@ def build_settings(
     )
     problem = choices["problem"].create(Problem, context)
     problem.setup()
+    if scoring:
+        problem.prepare_scoring()
     sparsity: SparsityController | None = None
     if "sparsity" in choices:
         sparsity = choices["sparsity"].create(SparsityController)

@@ -6,20 +6,51 @@ live in :mod:`evogan.builtin.sparsity`; this package is what a third-party contr
 
 from __future__ import annotations
 
-from evogan.sparse.balance import balance_ratio, sample_ratio, window_size
-from evogan.sparse.dst import cosine_fraction, grow, prune_and_grow, prune_magnitude, resize
-from evogan.sparse.flops import NetworkFlops, count_forward_flops
-from evogan.sparse.masks import (
-    active_count,
-    apply_masks,
-    layer_counts,
-    layer_densities,
-    maskable_parameters,
-    overall_density,
-    random_masks,
-)
-from evogan.sparse.state import validate_sparse_state
-from evogan.sparse.wire import decode_sparse, encode_sparse
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from evogan.sparse.balance import balance_ratio, sample_ratio, window_size
+    from evogan.sparse.dst import cosine_fraction, grow, prune_and_grow, prune_magnitude, resize
+    from evogan.sparse.flops import NetworkFlops, count_forward_flops
+    from evogan.sparse.masks import (
+        active_count,
+        apply_masks,
+        layer_counts,
+        layer_densities,
+        maskable_parameters,
+        overall_density,
+        random_masks,
+    )
+    from evogan.sparse.state import validate_sparse_state
+    from evogan.sparse.wire import decode_sparse, encode_sparse
+
+# Where each name lives: imported on first use (PEP 562), so that importing a controller's options
+# (evogan.sparse.controller, for `evogan validate`) does not import torch through this package.
+_HOMES = {
+    "balance": ("balance_ratio", "sample_ratio", "window_size"),
+    "dst": ("cosine_fraction", "grow", "prune_and_grow", "prune_magnitude", "resize"),
+    "flops": ("NetworkFlops", "count_forward_flops"),
+    "masks": (
+        "active_count",
+        "apply_masks",
+        "layer_counts",
+        "layer_densities",
+        "maskable_parameters",
+        "overall_density",
+        "random_masks",
+    ),
+    "state": ("validate_sparse_state",),
+    "wire": ("decode_sparse", "encode_sparse"),
+}
+_HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOME_OF:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_HOME_OF[name]}"), name)
+
 
 __all__ = [
     "NetworkFlops",

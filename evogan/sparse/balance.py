@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from evogan.sparse.defaults import DEFAULT_CLIP, DEFAULT_EPS
+
 if TYPE_CHECKING:
     from torch import nn
 
     from evogan.api import GeneratorStep, Problem
 
-DEFAULT_EPS = 1e-6
-DEFAULT_CLIP = 10.0
 
 
 def window_size(da_iters: int, br_freq: int) -> int:

@@ -29,27 +29,25 @@ import copy
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-import torch
 from pydantic import Field, model_validator
 
 from evogan.api import ComponentOptions, GeneratorStep, Problem, SparsityController
-from evogan.sparse import balance, dst, flops, sema
-from evogan.sparse.masks import (
-    DEFAULT_KEEP_DENSE,
-    apply_masks,
-    layer_counts,
-    layer_densities,
-    maskable_parameters,
-    overall_density,
-    random_masks,
-    total_count,
-)
-from evogan.sparse.state import FORMAT, masks_of, validate_sparse_state
+from evogan.lazy import lazy
+from evogan.sparse.defaults import DEFAULT_CLIP, DEFAULT_EPS, DEFAULT_KEEP_DENSE
 
 if TYPE_CHECKING:
+    import torch
     from torch import nn
 
     from evogan.individual import Individual
+    from evogan.sparse import balance, dst, flops, sema
+    from evogan.sparse import masks as _masks
+    from evogan.sparse import state as _state
+else:  # the options are read without torch (evogan validate); the controller's work imports it
+    torch = lazy("torch", globals())
+    balance, dst = lazy("evogan.sparse.balance", globals()), lazy("evogan.sparse.dst", globals())
+    flops, sema = lazy("evogan.sparse.flops", globals()), lazy("evogan.sparse.sema", globals())
+    _masks, _state = lazy("evogan.sparse.masks", globals()), lazy("evogan.sparse.state", globals())
 
 
 class StaticOptions(ComponentOptions):
@@ -76,10 +74,10 @@ class StaticOptions(ComponentOptions):
         1000, gt=0, description="BR window in G steps; it holds da_iters // br_freq samples."
     )
     br_eps: float = Field(
-        balance.DEFAULT_EPS, gt=0, description="Smallest |r - fD| used as a BR denominator."
+        DEFAULT_EPS, gt=0, description="Smallest |r - fD| used as a BR denominator."
     )
     br_clip: float = Field(
-        balance.DEFAULT_CLIP, gt=0, description="Per-sample BR ratios are clipped to [-clip, clip]."
+        DEFAULT_CLIP, gt=0, description="Per-sample BR ratios are clipped to [-clip, clip]."
     )
     sema: float = Field(
         0.0,
@@ -245,14 +243,14 @@ class MaskedController(SparsityController[StaticOptions]):
     def prepare(self, individual: Individual, *, generator: torch.Generator) -> None:
         o = self.opts
         density = o.density_g if individual.role == "generator" else o.density_d
-        params = maskable_parameters(individual.network, o.keep_dense)
-        counts = layer_counts({n: p.shape for n, p in params.items()}, density, o.distribution)
-        masks = random_masks(params, counts, generator=generator)
-        apply_masks(params, masks, individual.optimizer)
+        params = _masks.maskable_parameters(individual.network, o.keep_dense)
+        counts = _masks.layer_counts({n: p.shape for n, p in params.items()}, density, o.distribution)
+        masks = _masks.random_masks(params, counts, generator=generator)
+        _masks.apply_masks(params, masks, individual.optimizer)
         seed = int(torch.randint(0, 2**62, (1,), generator=generator, device=generator.device))
         individual.sparse.clear()
         individual.sparse.update(
-            format=FORMAT,
+            format=_state.FORMAT,
             controller=self.name,
             role=individual.role,
             keep_dense=list(o.keep_dense),
@@ -299,7 +297,7 @@ class MaskedController(SparsityController[StaticOptions]):
         o = self.opts
         gs = generator.sparse
         params = _params(generator)
-        apply_masks(params, masks_of(generator), generator.optimizer)
+        _masks.apply_masks(params, _state.masks_of(generator), generator.optimizer)
         gs["steps"] += 1
         g_cost = _cost(generator, step.z)
         d_cost = _cost(discriminator, step.real)
@@ -321,7 +319,7 @@ class MaskedController(SparsityController[StaticOptions]):
             fraction = dst.cosine_fraction(gs["steps"], o.total_steps, o.drop_fraction, o.drop_fraction_end)
             new_masks, _ = dst.prune_and_grow(
                 params,
-                masks_of(generator),
+                _state.masks_of(generator),
                 fraction,
                 growth=growth,
                 generator=_event_rng(gs),
@@ -389,7 +387,7 @@ class MaskedController(SparsityController[StaticOptions]):
     def after_discriminator_step(self, discriminator: Individual) -> None:
         ds = discriminator.sparse
         params = _params(discriminator)
-        apply_masks(params, masks_of(discriminator), discriminator.optimizer)
+        _masks.apply_masks(params, _state.masks_of(discriminator), discriminator.optimizer)
         ds["steps"] += 1
         if "cost" in ds and "g_cost" in ds:
             d_cost, g_cost, batch = ds["cost"], ds["g_cost"], ds["batch"]
@@ -409,7 +407,7 @@ class MaskedController(SparsityController[StaticOptions]):
             self._home.pop(id(g), None)
 
     def check(self, individual: Individual) -> None:
-        validate_sparse_state(individual, controller=self.name)
+        _state.validate_sparse_state(individual, controller=self.name)
 
     def evaluation_network(self, individual: Individual) -> nn.Module:
         """The SEMA copy of a generator when ``sema`` is on (and the individual has one), else its network."""
@@ -422,8 +420,8 @@ class MaskedController(SparsityController[StaticOptions]):
         o = self.opts
         gs, ds = generator.sparse, discriminator.sparse
         out = {
-            "density_g": overall_density(masks_of(generator)),
-            "density_d": overall_density(masks_of(discriminator)),
+            "density_g": _masks.overall_density(_state.masks_of(generator)),
+            "density_d": _masks.overall_density(_state.masks_of(discriminator)),
         }
         state = ds.get("balance") or {}
         if state.get("window"):
@@ -446,7 +444,7 @@ class MaskedController(SparsityController[StaticOptions]):
         assert isinstance(o, AdaptOptions)
         ds = discriminator.sparse
         state = ds["balance"]
-        masks = masks_of(discriminator)
+        masks = _state.masks_of(discriminator)
         br = balance.balance_ratio(state["window"], eps=o.br_eps, clip=o.br_clip)
         state["br"] = br
         state["decisions"] += 1
@@ -471,7 +469,7 @@ class MaskedController(SparsityController[StaticOptions]):
         else:
             return
         ds["density"] = density
-        target = round(density * total_count(masks))
+        target = round(density * _masks.total_count(masks))
         new = dst.resize(
             params, masks, target, growth=o.d_growth, generator=rng, optimizer=discriminator.optimizer
         )
@@ -495,7 +493,7 @@ def new_balance() -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------- helpers
 def _params(individual: Individual) -> dict[str, torch.nn.Parameter]:
     params = dict(individual.network.named_parameters())
-    return {name: params[name] for name in masks_of(individual)}
+    return {name: params[name] for name in _state.masks_of(individual)}
 
 
 def _event_rng(state: dict[str, Any]) -> torch.Generator:
@@ -509,7 +507,7 @@ def _cost(individual: Individual, example: torch.Tensor) -> tuple[float, float]:
     if "cost" not in s:
         if "flops" not in s:
             s["flops"] = flops.count_forward_flops(
-                individual.network, example[:2], masks_of(individual)
+                individual.network, example[:2], _state.masks_of(individual)
             ).to_state()
         _refresh_cost(s)
     return float(s["cost"][0]), float(s["cost"][1])
@@ -518,7 +516,7 @@ def _cost(individual: Individual, example: torch.Tensor) -> tuple[float, float]:
 def _refresh_cost(s: dict[str, Any]) -> None:
     if "flops" in s:
         counted = flops.NetworkFlops.from_state(s["flops"])
-        s["cost"] = [counted.forward(layer_densities(s["masks"])), counted.forward()]
+        s["cost"] = [counted.forward(_masks.layer_densities(s["masks"])), counted.forward()]
 
 
 def _set_masks(individual: Individual, masks: dict[str, torch.Tensor]) -> None:

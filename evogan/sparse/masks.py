@@ -24,6 +24,10 @@ import torch
 from torch import nn
 from torch.nn.utils import parametrize
 
+# Parameter-name fragments kept dense by default, as the reference does (BigGAN's conditional-BN gain
+# linears and classifier heads); defined where the options that show it can read it without torch.
+from evogan.sparse.defaults import DEFAULT_KEEP_DENSE
+
 Distribution = Literal["erk", "uniform"]
 
 #: Module types whose weight may be masked (reference 3.3; ConvTranspose added). Everything else
@@ -37,9 +41,6 @@ MASKABLE_TYPES: tuple[type[nn.Module], ...] = (
     nn.ConvTranspose2d,
     nn.ConvTranspose3d,
 )
-#: Parameter-name fragments kept dense by default, as the reference does (BigGAN's conditional-BN gain
-#: linears and classifier heads).
-DEFAULT_KEEP_DENSE: tuple[str, ...] = ("gain", "classifier")
 
 
 def weight_name(module: nn.Module) -> str | None:

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-
-import torch
-from torch.utils.data import DataLoader, RandomSampler, Subset
-from torch.utils.data import Dataset as TorchDataset
+from typing import TYPE_CHECKING
 
 from evogan.api import DataSource
+from evogan.lazy import lazy
+
+if TYPE_CHECKING:
+    import torch
+    from torch.utils.data import Dataset as TorchDataset
+else:  # imported on first use: `evogan validate` and `components` read options without them
+    torch = lazy("torch", globals())
 
 
 class TensorSource(DataSource):
@@ -98,6 +102,8 @@ class LoaderSource(DataSource):
         return len(self.dataset)  # type: ignore[arg-type]
 
     def subset(self, indices: torch.Tensor) -> LoaderSource:
+        from torch.utils.data import Subset
+
         return LoaderSource(Subset(self.dataset, indices.tolist()), self.sample_shape, self.device, self.workers)
 
     @staticmethod
@@ -105,6 +111,8 @@ class LoaderSource(DataSource):
         return item[0] if isinstance(item, list | tuple) else item  # type: ignore[return-value]
 
     def batches(self, batch_size: int, count: int, *, generator: torch.Generator) -> Iterator[torch.Tensor]:
+        from torch.utils.data import DataLoader, RandomSampler
+
         total = count or len(self) // batch_size
         seed = int(torch.randint(2**62, (1,), generator=generator))
         sampler_generator = torch.Generator().manual_seed(seed)

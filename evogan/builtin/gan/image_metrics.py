@@ -14,17 +14,24 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
-import torch
 from pydantic import Field, field_validator, model_validator
 
 from evogan.api import ComponentOptions, DataSource, Metric
-from evogan.builtin.gan.classifier import DEFAULT_WEIGHTS, INPUT_SHAPE, MnistClassifier, load_classifier
-from evogan.builtin.gan.classifier import weights_hash as file_hash
 from evogan.download import Remote, by_hand, cache_dir, downloads_allowed, fetch
 from evogan.errors import UserError
 from evogan.hookspecs import Register, hookimpl
+from evogan.lazy import lazy
+
+if TYPE_CHECKING:
+    import torch
+
+    from evogan.builtin.gan import classifier
+    from evogan.builtin.gan.classifier import MnistClassifier
+else:  # imported on first use: `evogan validate` and `components` read options without them
+    torch = lazy("torch", globals())
+    classifier = lazy("evogan.builtin.gan.classifier", globals())
 
 INCEPTION_FILE = "pt_inception-2015-12-05-6726825d.pth"
 # pytorch-fid's release of the TF-Inception port every FID tool uses (torch-fidelity's is the same file);
@@ -185,16 +192,16 @@ class ClassifierMetric(Metric[ClassifierMetricOptions]):
 
     def __init__(self, options: ClassifierMetricOptions) -> None:
         super().__init__(options)
-        self.weights = DEFAULT_WEIGHTS if options.weights is None else options.weights.expanduser()
-        self.model: MnistClassifier = load_classifier(self.weights)
+        self.weights = classifier.DEFAULT_WEIGHTS if options.weights is None else options.weights.expanduser()
+        self.model: MnistClassifier = classifier.load_classifier(self.weights)
         #: first 12 hex digits of the weights' sha256: record it beside every score.
-        self.classifier_hash = file_hash(self.weights)[:12]
+        self.classifier_hash = classifier.weights_hash(self.weights)[:12]
         self.cache = StatsCache("classifier", options.cache_dir)
         self.device = torch.device("cpu")
         self.real: RealStats | None = None
 
     def _check(self, shape: tuple[int, ...], what: str) -> None:
-        if tuple(shape) != INPUT_SHAPE:
+        if tuple(shape) != classifier.INPUT_SHAPE:
             raise UserError(
                 f"metric {self.name} scores 1x28x28 images (MNIST-like); {what} has shape {tuple(shape)}"
             )
@@ -266,11 +273,11 @@ def inception_weights(path: Path | None, download: bool = False) -> tuple[Path, 
     if problem:
         raise UserError(f"metrics.inception.weights: {problem}")
     if path is not None:
-        return path.expanduser(), file_hash(path.expanduser())
+        return path.expanduser(), classifier.weights_hash(path.expanduser())
     cached = cached_inception()
     if not cached.is_file():
         fetch(INCEPTION, cached, what=INCEPTION_WHAT)
-    digest = file_hash(cached)
+    digest = classifier.weights_hash(cached)
     if digest != INCEPTION.digest:  # e.g. copied in by hand from somewhere else
         raise UserError(
             f"{cached}: its sha256 is {digest}, not the published {INCEPTION.digest}; delete it and run with "

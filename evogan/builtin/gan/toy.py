@@ -7,15 +7,21 @@ mode-collapse benchmarks (Metz et al. 2017; Srivastava et al. 2017, VEEGAN).
 from __future__ import annotations
 
 import math
-from typing import ClassVar, Literal, TypeVar
+from typing import TYPE_CHECKING, ClassVar, Literal, TypeVar
 
-import torch
 from pydantic import Field
-from torch import nn
 
 from evogan.api import ComponentOptions, Dataset, DatasetOptions, DataSource, Metric, Networks, Role
 from evogan.builtin.gan.data import TensorSource
 from evogan.errors import UserError
+from evogan.lazy import lazy
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+else:  # imported on first use: `evogan validate` and `components` read options without them
+    torch = lazy("torch", globals())
+    nn = lazy("torch.nn", globals())
 
 
 class MixtureSource(TensorSource):

@@ -9,15 +9,21 @@ stateful loss object let one network's draw leak into another's loss.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
-import torch
-import torch.nn.functional as F
 from pydantic import Field, field_validator
 
 from evogan import hookimpl
 from evogan.api import ComponentOptions, Loss
 from evogan.hookspecs import Register
+from evogan.lazy import lazy
+
+if TYPE_CHECKING:
+    import torch
+    import torch.nn.functional as F
+else:  # imported on first use: `evogan validate` and `components` read options without them
+    torch = lazy("torch", globals())
+    F = lazy("torch.nn.functional", globals())
 
 LossName = Literal["bce", "mse", "heuristic"]
 ALL_LOSSES: tuple[LossName, ...] = ("bce", "mse", "heuristic")

@@ -1,0 +1,106 @@
+"""The layers of :mod:`evogan.builtin.gan.image_networks`: module classes and builders need torch when
+defined, so they live here and are imported when a network is built, not when a recipe is read."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+
+# --------------------------------------------------------------------------------------------- init
+def materialise(module: nn.Module, generator: torch.Generator, *, dcgan: bool) -> nn.Module:
+    """Allocate a meta-built module on the generator's device and draw all its parameters from it.
+
+    ``dcgan``: conv weights N(0, 0.02), batch-norm scales N(1, 0.02), biases 0 (Radford et al.).
+    Otherwise PyTorch's default for linear layers, U(-1/sqrt(fan_in), 1/sqrt(fan_in)), seeded.
+    """
+    module = module.to_empty(device=generator.device)
+    with torch.no_grad():
+        for layer in module.modules():
+            if isinstance(layer, nn.modules.batchnorm._BatchNorm):
+                layer.reset_running_stats()
+                nn.init.normal_(layer.weight, 1.0, 0.02, generator=generator)
+                nn.init.zeros_(layer.bias)
+            elif isinstance(layer, nn.Conv2d | nn.ConvTranspose2d | nn.Linear):
+                if dcgan:
+                    nn.init.normal_(layer.weight, 0.0, 0.02, generator=generator)
+                    if layer.bias is not None:
+                        nn.init.zeros_(layer.bias)
+                else:
+                    bound = 1.0 / math.sqrt(layer.weight[0].numel())
+                    nn.init.uniform_(layer.weight, -bound, bound, generator=generator)
+                    if layer.bias is not None:
+                        nn.init.uniform_(layer.bias, -bound, bound, generator=generator)
+    return module
+
+
+class Logits(nn.Module):
+    """Flattens a discriminator's (N, 1, ...) output to one logit per sample."""
+
+    per_sample = True  # acts on each sample alone (stacked training runs it on all rows at once)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.reshape(x.shape[0])
+
+
+class Image(nn.Module):
+    """Reshapes flat generator output to images."""
+
+    per_sample = True  # acts on each sample alone (stacked training runs it on all rows at once)
+
+    def __init__(self, shape: tuple[int, ...]) -> None:
+        super().__init__()
+        self.shape = shape
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.reshape(x.shape[0], *self.shape)
+
+
+class Noise(nn.Module):
+    """Accepts flat (N, z) noise as well as (N, z, 1, 1) for the conv generators."""
+
+    per_sample = True  # acts on each sample alone (stacked training runs it on all rows at once)
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        return z.reshape(z.shape[0], -1, 1, 1)
+
+
+# --------------------------------------------------------------------------------------------- DCGAN
+def dcgan_generator(latent: int, width: int, channels: int, size: int) -> nn.Sequential:
+    """ConvT z -> 4x4 with ``width * size/8`` maps, then halve maps / double side until ``size``."""
+    mult = size // 8
+    layers: list[nn.Module] = [
+        Noise(),
+        nn.ConvTranspose2d(latent, width * mult, 4, 1, 0, bias=False),
+        nn.BatchNorm2d(width * mult),
+        nn.ReLU(True),
+    ]
+    while mult > 1:
+        layers += [
+            nn.ConvTranspose2d(width * mult, width * mult // 2, 4, 2, 1, bias=False),
+            nn.BatchNorm2d(width * mult // 2),
+            nn.ReLU(True),
+        ]
+        mult //= 2
+    layers += [nn.ConvTranspose2d(width, channels, 4, 2, 1, bias=False), nn.Tanh()]
+    return nn.Sequential(*layers)
+
+
+def dcgan_discriminator(width: int, channels: int, size: int) -> nn.Sequential:
+    """The mirror image: stride-2 convs halve the side down to 4x4, then a 4x4 conv to one logit."""
+    layers: list[nn.Module] = [nn.Conv2d(channels, width, 4, 2, 1, bias=False), nn.LeakyReLU(0.2, True)]
+    mult, side = 1, size // 2
+    while side > 4:
+        layers += [
+            nn.Conv2d(width * mult, width * mult * 2, 4, 2, 1, bias=False),
+            nn.BatchNorm2d(width * mult * 2),
+            nn.LeakyReLU(0.2, True),
+        ]
+        mult, side = mult * 2, side // 2
+    layers += [nn.Conv2d(width * mult, 1, 4, 1, 0, bias=False), Logits()]
+    return nn.Sequential(*layers)
+
+
+__all__ = ["Image", "Logits", "Noise", "dcgan_discriminator", "dcgan_generator", "materialise"]
