@@ -157,7 +157,7 @@ def optimize(
     for column in ("ensemble", "members", "score before", "score after", "accepted", "weights after"):
         table.add_column(column, justify="right")
     for i, result in enumerate(entry["ensembles"]):
-        label = "grid" if result["centre"] is None else f"cell {result['centre']}"
+        label = "every cell" if result["centre"] is None else f"cell {result['centre']}"
         weights = " ".join(f"{w:.3f}" for w in result["after"]["weights"].values())
         table.add_row(
             label,
@@ -214,7 +214,7 @@ def sample(
         if cell is not None or single:
             raise UserError("--optimized draws from the optimised ensemble: leave out --cell and --single")
         networks, weights, chosen = optimized_ensemble(run_dir, optimized, cells)
-        label = "the grid" if chosen["centre"] is None else f"cell {chosen['centre']}"
+        label = "every cell" if chosen["centre"] is None else f"cell {chosen['centre']}"
         _save_pictures(settings.problem, networks, weights, output, seed, count, f"optimised, {label}")
         click.echo(f"wrote {count} samples from the optimised {optimized} ensemble ({label}) to {output}")
         return
