@@ -35,10 +35,11 @@ from evogan.runtime.single import prepare, run_in_process
 HERE = Path(__file__).resolve().parent
 RECORDED = HERE / "data" / "pairing_reference.json"
 # name -> overrides of the tiny recipe (seed 7, 2 generations, 2x2) whose records were recorded; the
-# optimizer state, which travels by default with selection since, stays home as it did then
+# optimizer state, which travels by default with selection since, stays home as it did then, and the
+# discriminator step runs real and fake in two forwards, as it did then (problem.d_batch)
 RECORDED_CASES = {
-    "selection": ["exchange.optimizer_state=false"],
-    "in_place": ["population.selection=false", "population.size=2"],
+    "selection": ["exchange.optimizer_state=false", 'problem.d_batch="separate"'],
+    "in_place": ["population.selection=false", "population.size=2", 'problem.d_batch="separate"'],
 }
 NEWER_FIELDS = ("exchanges", "staleness")  # record fields added after the recording
 PAIRINGS = ("reference", "own_pair", "g_neighbourhood", "g_mixture")

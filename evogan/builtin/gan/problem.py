@@ -58,9 +58,6 @@ def evaluating(*networks: nn.Module) -> Iterator[None]:
             network.train(mode)
 
 
-FITNESS_GROUP_ELEMENTS = 1 << 23  # input values per discriminator forward in fitness (32 MB of float32)
-
-
 def batch_dependent(network: nn.Module) -> str:
     """The name of the first layer whose output for one sample depends on the rest of its batch, or ''."""
     for name, layer in network.named_modules():
@@ -283,19 +280,14 @@ class GanProblem(Problem[GanOptions]):
         score_g, score_d = "generator" in score, "discriminator" in score
         memo = {} if memo is None else memo
         with evaluating(*generators, *discriminators):
-            # In eval mode every layer acts per sample (BatchNorm uses its running statistics), so a
-            # discriminator scores several generators' fakes in one forward: fewer, larger products
-            # (in groups of at most FITNESS_GROUP_ELEMENTS input values, so large images stay bounded).
             fakes = [g(z) for g in generators]
-            group = max(1, FITNESS_GROUP_ELEMENTS // fakes[0].numel()) if fakes else 1
-            groups = [torch.cat(fakes[start : start + group]) for start in range(0, len(fakes), group)]
             for j, d in enumerate(discriminators):
                 if score_d:  # D(real) only enters the discriminator's loss
                     if d not in memo:
                         memo[d] = d(real)
                     real_logits = memo[d]
-                all_logits = [part for batch in groups for part in d(batch).split(z.shape[0])]
-                for i, fake_logits in enumerate(all_logits):
+                for i, fake in enumerate(fakes):
+                    fake_logits = d(fake)
                     if score_g:
                         g_loss[i, j] = self.loss.generator_loss(fake_logits)
                     if score_d:
