@@ -34,7 +34,6 @@ from evogan.errors import UserError
 from evogan.individual import Individual
 from evogan.lazy import lazy
 from evogan.recipe import ComponentRef, build_nested, component_field
-from evogan.rng import CellRandom
 
 if TYPE_CHECKING:
     import torch
@@ -207,6 +206,8 @@ class GanProblem(Problem[GanOptions]):
         if share >= len(self.source):
             return self.source
         if cell not in self._cell_data:
+            from evogan.rng import CellRandom  # here: rng imports torch, the quick commands must not
+
             generator = CellRandom.for_cell(self.context.seed, cell, "data").torch
             rows = torch.randperm(len(self.source), generator=generator)[:share].sort().values
             self._cell_data[cell] = self.source.subset(rows)
