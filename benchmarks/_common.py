@@ -20,6 +20,19 @@ def run_recipe(recipe: Path, overrides: Sequence[str]) -> tuple[dict[str, Any], 
     return summary, time.perf_counter() - started, prepared.run_dir.path
 
 
+def quiet_overrides(seed: int, generations: int, threads: int, output: Path) -> list[str]:
+    """The overrides every quality benchmark starts from: seed, length, threads, output directory, and no
+    pictures or checkpoints (they cost time and say nothing here)."""
+    return [
+        f"run.seed={seed}",
+        f"run.generations={generations}",
+        f"run.threads={threads}",
+        "run.samples_every=0",
+        "run.checkpoint_every=0",
+        f"run.output_dir={json.dumps(str(output))}",
+    ]
+
+
 def timings(run_dir: Path) -> list[dict[str, float]]:
     return [json.loads(line) for line in (run_dir / "timings.jsonl").read_text().splitlines()]
 

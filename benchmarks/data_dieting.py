@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import mean_sd, run_recipe
+from _common import mean_sd, quiet_overrides, run_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "recipes" / "demo.toml"
@@ -32,13 +32,8 @@ RECIPE = ROOT / "recipes" / "demo.toml"
 
 def one_run(ratio: float, seed: int, args: argparse.Namespace, output: Path) -> dict[str, Any]:
     overrides = [
-        f"run.seed={seed}",
-        f"run.generations={args.generations}",
-        f"run.threads={args.threads}",
-        "run.samples_every=0",
-        "run.checkpoint_every=0",
+        *quiet_overrides(seed, args.generations, args.threads, output),
         "run.workers=1",
-        f"run.output_dir={json.dumps(str(output))}",
         f"problem.data.sampling_ratio={ratio}",
         *args.set,
     ]

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import mean_sd, run_recipe
+from _common import mean_sd, quiet_overrides, run_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "recipes" / "demo.toml"
@@ -33,12 +33,7 @@ RECIPE = ROOT / "recipes" / "demo.toml"
 
 def one_run(side: int, seed: int, args: argparse.Namespace, output: Path) -> dict[str, Any]:
     overrides = [
-        f"run.seed={seed}",
-        f"run.generations={args.generations}",
-        f"run.threads={args.threads}",
-        "run.samples_every=0",
-        "run.checkpoint_every=0",
-        f"run.output_dir={json.dumps(str(output))}",
+        *quiet_overrides(seed, args.generations, args.threads, output),
         f"topology.rows={side}",
         f"topology.cols={side}",
         f"problem.batches_per_generation={args.batches}",

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import run_recipe
+from _common import quiet_overrides, run_recipe
 
 from evogan import recipe as recipes
 from evogan.engine.ensemble import optimise_run
@@ -44,13 +44,8 @@ CASES = (("neighbourhood", False), ("all", False), ("neighbourhood", True), ("al
 
 def one_seed(seed: int, args: argparse.Namespace, output: Path) -> list[dict[str, Any]]:
     overrides = [
-        f"run.seed={seed}",
-        f"run.generations={args.generations}",
-        f"run.threads={args.threads}",
-        "run.samples_every=0",
-        "run.checkpoint_every=0",
+        *quiet_overrides(seed, args.generations, args.threads, output),
         "run.workers=1",
-        f"run.output_dir={json.dumps(str(output))}",
     ]
     _, train_wall, run_dir = run_recipe(RECIPE, overrides)
     registries = Registries.from_plugin_manager(make_plugin_manager())

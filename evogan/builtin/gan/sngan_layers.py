@@ -9,17 +9,10 @@ from torch import nn
 from torch.nn.utils import parametrize
 from torch.nn.utils.parametrizations import spectral_norm
 
+from evogan.builtin.gan.image_layers import Logits  # (N, 1) -> (N,), as the DCGAN critic
+
 #: Power iterations run on the freshly drawn weights, as the parametrization's own constructor does.
 _INIT_POWER_ITERATIONS = 15
-
-
-class _Logits(nn.Module):
-    """One raw logit per sample: (N, 1) -> (N,)."""
-
-    per_sample = True  # acts on each sample alone (stacked training runs it on all rows at once)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x.reshape(x.shape[0])
 
 
 class _Reshape(nn.Module):
@@ -78,7 +71,7 @@ def sngan_discriminator(width: int, channels: int, leak: float, normalise: bool)
         sn(nn.Conv2d(4 * w, 8 * w, 3, 1, 1)), act(),
         nn.Flatten(),
         sn(nn.Linear(4 * 4 * 8 * w, 1)),
-        _Logits(),
+        Logits(),
     )  # fmt: skip
 
 
