@@ -135,8 +135,11 @@ def cli_reference(group: click.Group) -> str:
             rows = []
             for param in cmd.params:
                 if isinstance(param, click.Option):
-                    default = "off" if param.is_flag and not param.default else param.default
-                    default = "none" if default is None or default == () else default
+                    default = param.get_default(context, call=False)
+                    unset = default is None or default == () or default is getattr(click.core, "UNSET", None)
+                    # click 8.2+ marks "no default" with its UNSET sentinel (truthy), older releases with None
+                    default = ("off" if param.is_flag else "none") if unset else default
+                    default = "off" if param.is_flag and not default else default
                     rows.append(f"| `{', '.join(param.opts)}` | `{default}` | {param.help or ''} |")
             if rows:
                 out += ["| option | default | meaning |", "| --- | --- | --- |", *rows, ""]
