@@ -44,6 +44,8 @@ VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "adapt-relax-settle": ("adapt-relax", ('band="auto"', SETTLE)),
     "adapt-strict-settle": ("adapt-strict", ('band="auto"', SETTLE)),
     "adapt-relax-settle-gstatic": ("adapt-relax", ('band="auto"', SETTLE, 'g_mask="static"')),
+    # Static with D denser than G, where the calibrated controllers ended at d_G 10 % (d_D 0.4-0.6).
+    "static-d50": ("static", ("density_d=0.5",)),
 }
 
 
@@ -67,6 +69,8 @@ def sparsity_table(variant: str, density: float, steps: int) -> str:
     elif 'band="auto"' in extra:
         fields += [f"band_warmup={2 * d_interval}"]  # two relax intervals at d_D = d_G
     fields += [field for field in extra if field != SETTLE]
+    if any(field.startswith("density_d=") for field in extra):  # the variant's own D density wins
+        fields.remove(f"density_d={density}")
     if use in ("set", "rigl"):
         fields = [f for f in fields if not f.startswith(("br_freq", "da_iters"))]
     return "{" + ", ".join(fields) + "}"
