@@ -19,11 +19,12 @@ from test_exchange import SPARSE
 from test_run import metrics, run  # pytest puts tests/ on sys.path (rootdir conftest, prepend mode)
 from torch import nn
 
-from evogan.api import Networks, Role
+from evogan.api import Metric, Networks, Role
 from evogan.builtin.gan.image_networks import MnistMlp
 from evogan.builtin.gan.stacked import Stack, linear_plan, run_plan
 from evogan.cli import cli
 from evogan.engine.run import build_settings
+from evogan.engine.rundir import RunDirectory
 from evogan.engine.vectorized import decide
 from evogan.hookspecs import Register, hookimpl
 from evogan.individual import Individual
@@ -123,7 +124,7 @@ def test_what_cannot_be_stacked_is_looped_with_the_reason(tiny_recipe) -> None:
         ((f"sparsity={SPARSE}",), "run.vectorize: true, but sparse cells train one individual at a time"),
         (("exchange.every_batches=2",), "run.vectorize: true, but exchange.every_batches needs cells taking"),
         (('problem.loss={use="mustangs"}',), "run.vectorize: true, but loss mustangs is not marked stackable"),
-        (('problem.network={use="bn_mlp"}',), "run.vectorize: true, but the generator networks have buffers"),
+        (('problem.network={use="dropout_mlp"}',), "run.vectorize: true, but the generator networks use dropout"),
         (("run.vectorize=1",), 'run.vectorize: must be "auto", true or false'),
     ],
 )
@@ -142,7 +143,7 @@ def test_vectorize_true_where_it_cannot_be_done_is_a_one_line_error(
 
 
 class BatchNormMlp(Networks):
-    """The toy MLP with a BatchNorm layer: buffers that the stack does not carry yet."""
+    """The toy MLP with a BatchNorm layer: running statistics, stacked one row per individual."""
 
     name: ClassVar[str] = "bn_mlp"
     description: ClassVar[str] = "test network with BatchNorm"
@@ -151,9 +152,20 @@ class BatchNormMlp(Networks):
     def latent_shape(self) -> tuple[int, ...]:
         return (4,)
 
+    def layer(self, width: int) -> nn.Module:
+        return self.norm(width)
+
     def build(self, role: Role, sample_shape: tuple[int, ...], *, generator: torch.Generator) -> nn.Module:
         inputs, outputs = (4, sample_shape[0]) if role == "generator" else (sample_shape[0], 1)
-        network = nn.Sequential(nn.Linear(inputs, 8), self.norm(8), nn.ReLU(), nn.Linear(8, outputs))
+        # No bias right before the normalisation (as in DCGAN), nor a normalisation behind a layer that is
+        # linear on the whole batch (tanh, not ReLU): a shift that the normalisation removes gets a
+        # gradient of zero up to rounding, which Adam turns into steps of about lr, and the two paths'
+        # weights and running means would drift apart by rounding alone.
+        network = nn.Sequential(
+            nn.Linear(inputs, 8), nn.Tanh(),
+            nn.Linear(8, 8, bias=False), self.layer(8), nn.Tanh(),
+            nn.Linear(8, outputs),
+        )  # fmt: skip
         with torch.no_grad():
             for p in network.parameters():
                 p.uniform_(-0.3, 0.3, generator=generator)
@@ -168,11 +180,115 @@ class LayerNormMlp(BatchNormMlp):
     norm: ClassVar[type[nn.Module]] = nn.LayerNorm
 
 
+class DropoutMlp(BatchNormMlp):
+    """Random draws inside the network: never stacked."""
+
+    name: ClassVar[str] = "dropout_mlp"
+    description: ClassVar[str] = "test network with dropout"
+
+    def layer(self, width: int) -> nn.Module:
+        return nn.Dropout(0.25)
+
+
+class PixelMean(Metric):
+    """A metric any samples have (the toy ones need 2-D data, the image ones weights): mean |pixel|."""
+
+    name: ClassVar[str] = "pixel_mean"
+    description: ClassVar[str] = "test metric: mean absolute sample value"
+    primary: ClassVar[str] = "pixel_mean"
+
+    def score(self, samples: torch.Tensor) -> dict[str, float]:
+        return {"pixel_mean": float(samples.abs().mean())}
+
+
 class BatchNormPlugin:
     @hookimpl
     def evogan_register_networks(self, register: Register) -> None:
         register(BatchNormMlp)
         register(LayerNormMlp)
+        register(DropoutMlp)
+
+    @hookimpl
+    def evogan_register_metrics(self, register: Register) -> None:
+        register(PixelMean)
+
+
+def running_statistics(run_dir: Path, cells: int, generation: int) -> list[torch.Tensor]:
+    """Every BatchNorm buffer of every individual in the cells' checkpoints of ``generation``."""
+    directory = RunDirectory(run_dir)
+    found = []
+    for cell in range(cells):
+        state = directory.read_checkpoint(cell, generation)
+        for role in ("generators", "discriminators"):
+            for individual in state[role]:
+                found += [v for k, v in individual["network"].items() if k.endswith(BUFFERS)]
+    return found
+
+
+BUFFERS = ("running_mean", "running_var", "num_batches_tracked")
+
+
+def assert_same_statistics(looped: Path, vectorised: Path, cells: int, generations: int) -> None:
+    for generation in range(1, generations + 1):
+        left = running_statistics(looped, cells, generation)
+        right = running_statistics(vectorised, cells, generation)
+        assert len(left) == len(right) > 0
+        for a, b in zip(left, right, strict=True):
+            torch.testing.assert_close(a, b, rtol=TOLERANCE, atol=1e-7)  # integer counts: exactly
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        (),
+        ("population.size=2",),  # two attackers update one opponent's statistics in turn
+        ("population.selection=false", "population.size=2"),  # and neighbours' copies' statistics move
+        ("population.size=2", 'pairing={use="g_mixture"}', "problem.critic_steps=2"),
+    ],
+    ids=["default", "pop2", "no-selection-pop2", "pop2-weighted-opponents-critic"],
+)
+def test_batchnorm_networks_are_stacked_with_running_statistics_per_cell(tiny_recipe, options) -> None:
+    """Records match at the usual learning rate. The running statistics are compared with the weights
+    held still (a learning rate of 1e-12): a parameter whose gradient is zero up to rounding (here one
+    that only shifts what a normalisation removes) takes Adam steps of about +-lr whose sign is the
+    rounding's, so the weights, and the statistics they produce, may drift apart by rounding alone."""
+    path = tiny_recipe(seed=5, generations=2)
+    options = ('problem.network={use="bn_mlp"}', *options)
+    still = (*options, "problem.learning_rate=1e-12")
+    with registered(BatchNormPlugin()):
+        looped, vectorised = run(path, LOOPED, *options), run(path, VECTORISED, *options)
+        looped_still, vectorised_still = run(path, LOOPED, *still), run(path, VECTORISED, *still)
+    assert "training: vectorised over the 4 cells" in log(vectorised)
+    for a, b in zip(metrics(looped), metrics(vectorised), strict=True):
+        assert_close(a, b)
+    assert_same_statistics(looped_still, vectorised_still, cells=4, generations=2)
+    means = {tuple(s.tolist()) for s in running_statistics(vectorised_still, 4, 2)[::3]}  # running_mean
+    assert len(means) > 4  # each network its own statistics
+
+
+def test_the_dcgan_like_conv32_pair_is_stacked_with_its_batchnorm(tiny_recipe, tmp_path: Path) -> None:
+    from test_celeba_recipe import write_shapes
+
+    folder = write_shapes(tmp_path / "pngs", count=16, size=32)
+    path = tiny_recipe(seed=6, generations=2, rows=1, cols=2)
+    options = (
+        f'problem.data={{use="image_folder", root="{folder}", image_size=32, workers=0}}',
+        'problem.network={use="conv32", ngf=4, ndf=4, latent_size=8}',
+        'problem.metric={use="pixel_mean"}',
+        "problem.batch_size=4",
+        "problem.batches_per_generation=3",
+        "problem.fitness_samples=8",
+        "problem.score_samples=8",
+    )
+    with registered(BatchNormPlugin()):
+        looped = run(path, LOOPED, *options)
+        vectorised = run(path, VECTORISED, *options)
+        again = run(path, VECTORISED, *options)
+    assert "training: vectorised over the 2 cells" in log(vectorised)
+    for a, b in zip(metrics(looped), metrics(vectorised), strict=True):
+        assert_close(a, b)
+    assert_same_statistics(looped, vectorised, cells=2, generations=2)
+    assert (vectorised / "metrics.jsonl").read_bytes() == (again / "metrics.jsonl").read_bytes()
 
 
 def test_networks_other_than_linear_chains_run_under_vmap_and_match(tiny_recipe) -> None:
@@ -263,4 +379,3 @@ def test_each_worker_trains_its_block_of_cells_vectorised(tiny_recipe) -> None:
         cli, ["run", str(path), "--set", VECTORISED, "--set", f"sparsity={SPARSE}", "--workers", "2", "--quiet"]
     )
     assert refused.exit_code == 2 and "run.vectorize: true, but sparse cells" in refused.output
-

@@ -10,7 +10,7 @@ against the looped path the records agree within float tolerance (batched produc
 
 What is not vectorised trains through the looped path, with the reason logged: sparse cells (their
 controllers act between steps), exchanges inside a generation, and whatever the problem declines
-(:meth:`Problem.stacked_training <evogan.api.Problem.stacked_training>`: e.g. BatchNorm, a random loss).
+(:meth:`Problem.stacked_training <evogan.api.Problem.stacked_training>`: e.g. dropout, a random loss).
 """
 
 from __future__ import annotations

@@ -6,7 +6,9 @@ per-sample modules as batched matrix products (``baddbmm``), any other network t
 ``torch.func.functional_call`` under ``torch.func.vmap``; each row's loss is the loss's own call.
 Each individual keeps its own Adam moments, step count and learning rate (a batched Adam below), its own
 noise (drawn from its cell's stream in the looped path's order) and its own opponent, picked from the
-live stack (its cell's own, being trained) or from the neighbours' frozen copies. The arithmetic is the
+live stack (its cell's own, being trained) or from the neighbours' frozen copies. BatchNorm running
+statistics are stacked like the parameters, one row per individual, and updated in place by the batched
+forward in train mode, an opponent's as well (:class:`Opposed`). The arithmetic is the
 looped path's (:meth:`GanProblem.generator_step`, ``discriminator_step``), so records agree with it
 within float tolerance; batched products round differently, so they are not bitwise equal.
 """
@@ -30,11 +32,28 @@ Params = dict[str, torch.Tensor]
 
 
 def signature(network: nn.Module) -> tuple[object, ...]:
-    """What must agree for networks to share one stack: module types, parameter names, shapes, dtypes."""
+    """What must agree for networks to share one stack: module types, parameter and buffer names,
+    shapes, dtypes."""
     return (
         tuple(type(m).__name__ for m in network.modules()),
         tuple((n, tuple(p.shape), p.dtype, p.device) for n, p in network.named_parameters()),
+        tuple((n, tuple(b.shape), b.dtype, b.device) for n, b in network.named_buffers()),
     )
+
+
+def momenta(network: nn.Module) -> dict[str, float] | str:
+    """Each buffer's BatchNorm momentum (the running statistics' update ``(1 - m) * old + m * batch``),
+    or why the buffers cannot be stacked: only BatchNorm running statistics with a fixed momentum can."""
+    found: dict[str, float] = {}
+    for prefix, module in network.named_modules():
+        for own, _ in module.named_buffers(recurse=False):
+            name = f"{prefix}.{own}" if prefix else own
+            if not isinstance(module, nn.modules.batchnorm._BatchNorm):
+                return f"buffers other than BatchNorm running statistics ({name} of {type(module).__name__})"
+            if module.momentum is None:
+                return f"BatchNorm with momentum None (a cumulative average: {name})"
+            found[name] = float(module.momentum)
+    return found
 
 
 def unstackable(role: str, individuals: Sequence[Individual], loss: Loss) -> str:
@@ -42,8 +61,9 @@ def unstackable(role: str, individuals: Sequence[Individual], loss: Loss) -> str
     if not type(loss).stackable:
         return f"loss {loss.name} is not marked stackable (it may draw at random or branch on values)"
     first = individuals[0]
-    if any(True for _ in first.network.buffers()):
-        return f"the {role} networks have buffers (BatchNorm running statistics): not stacked yet"
+    found = momenta(first.network)
+    if isinstance(found, str):
+        return f"the {role} networks have {found}"
     if any(isinstance(m, nn.modules.dropout._DropoutNd) for m in first.network.modules()):
         return f"the {role} networks use dropout (random draws inside the network)"
     groups = first.optimizer.param_groups
@@ -107,7 +127,7 @@ def run_plan(plan: Sequence[tuple[nn.Module, str | None]], params: Params, x: to
 class Stack:
     """One role's individuals as stacked parameters with their Adam state.
 
-    Parameters and moments live in flat buffers laid out name by name (each name's block holds every
+    Parameters and moments live in flat memory laid out name by name (each name's block holds every
     row's tensor), so ``params[name]`` is a contiguous ``(rows, *shape)`` view for the batched forward
     and each row's slice a contiguous view for its optimizer step. The step is torch's fused Adam kernel
     once per row (each individual has its own learning rate): the same arithmetic as the looped path.
@@ -143,6 +163,13 @@ class Stack:
             self._views[name] = (weights, exp_avg, exp_avg_sq)
             self.params[name] = weights.detach().requires_grad_(True)  # a leaf sharing the buffer
             offset += size
+        # BatchNorm running statistics, one row per individual, updated in place by the batched forward
+        found = momenta(self.template)
+        if isinstance(found, str):  # unstackable() refuses these first
+            raise ValueError(f"cannot stack: {found}")
+        self.momenta: dict[str, float] = found
+        buffers = [dict(ind.network.named_buffers()) for ind in self.individuals]
+        self.buffers: Params = {name: torch.stack([b[name] for b in buffers]) for name in self.momenta}
         device = self.flat.device
         # one step counter per row and parameter, as the fused kernel wants them (float32 on the device)
         self.steps = [
@@ -181,11 +208,14 @@ class Stack:
                 )
 
     def close(self) -> None:
-        """Weights into the networks, moments and step counts into each individual's own optimizer."""
+        """Weights and running statistics into the networks, moments and step counts into each
+        individual's own optimizer."""
         with torch.no_grad():
             for row, individual in enumerate(self.individuals):
                 optimizer = individual.optimizer
                 fused = bool(optimizer.param_groups[0].get("fused"))
+                for name, buffer in individual.network.named_buffers():
+                    buffer.copy_(self.buffers[name][row])
                 for k, (name, param) in enumerate(individual.network.named_parameters()):
                     weights, exp_avg, exp_avg_sq = self._views[name]
                     param.copy_(weights[row])
@@ -203,6 +233,46 @@ def rowwise(loss: Callable[..., torch.Tensor], *logits: torch.Tensor) -> torch.T
     return torch.stack([loss(*row) for row in zip(*logits, strict=True)])
 
 
+Forward = Callable[[Params, Params, torch.Tensor], torch.Tensor]  # (parameters, buffers, input)
+# whose running statistics a row's forward updated: (the opponent, its buffers, its row in them or None)
+Target = tuple[object, Params, int | None]
+
+
+class Opposed:
+    """The stacked parameters and buffers of the opponents faced, row by row, and how to hand the
+    running statistics their forward updated back to the opponents (``commit``).
+
+    In the looped path each opponent's forward in train mode updates its own BatchNorm statistics, one
+    attacker after another. Here rows facing the same opponent run on copies of its statistics at once,
+    and ``commit`` replays the updates in row order: the first copies the row's result, each later one
+    applies its batch's share ``new - (1 - m) * old`` (exact up to rounding: the batch statistics do not
+    depend on the running ones). Rows marked not ``counted`` (padding) update nothing."""
+
+    def __init__(self, params: Params, buffers: Params, targets: Sequence[Target | None]) -> None:
+        self.params, self.buffers = params, buffers
+        self._before = {name: b.clone() for name, b in buffers.items()} if any(targets) else {}
+        self._targets = targets
+
+    def commit(self, momenta: dict[str, float]) -> None:
+        if not self._before:
+            return
+        with torch.no_grad():
+            seen: set[object] = set()
+            for row, target in enumerate(self._targets):
+                if target is None:
+                    continue
+                key, buffers, index = target
+                first = key not in seen
+                seen.add(key)
+                for name, used in self.buffers.items():
+                    into = buffers[name] if index is None else buffers[name][index]
+                    if first:
+                        into.copy_(used[row])
+                    else:
+                        keep = 1.0 - momenta[name] if used.is_floating_point() else 1
+                        into.mul_(keep).add_(used[row] - keep * self._before[name][row])
+
+
 class StackedGan(StackedTraining):
     """:class:`~evogan.api.StackedTraining` for :class:`~evogan.builtin.gan.problem.GanProblem`."""
 
@@ -214,28 +284,47 @@ class StackedGan(StackedTraining):
         self.forward_g, self.forward_d = self._forward(self.g), self._forward(self.d)
 
     @staticmethod
-    def _forward(stack: Stack) -> Callable[[Params, torch.Tensor], torch.Tensor]:
-        plan = linear_plan(stack.template)
-        if plan is not None:
-            return lambda params, x: run_plan(plan, params, x)
+    def _forward(stack: Stack) -> Forward:
+        plan = linear_plan(stack.template) if not stack.buffers else None
+        if plan is not None:  # the fast path, for networks without buffers
+            return lambda params, _, x: run_plan(plan, params, x)
         template = stack.template
-        return vmap(lambda params, x: functional_call(template, params, (x,)))
+        # in train mode BatchNorm updates the batched running statistics in place, each row its own
+        return vmap(lambda params, buffers, x: functional_call(template, (params, buffers), (x,)))
 
-    def _opponents(self, stack: Stack, chosen: Sequence[Individual]) -> Params:
-        """The stacked parameters of ``chosen[i]`` for every row ``i``: rows of the live stack (whose
-        weights move every step) or frozen copies; no copy when row i faces live row i."""
+    def _opponents(self, stack: Stack, chosen: Sequence[Individual], counted: Sequence[bool] | None = None) -> Opposed:
+        """The stacked parameters and buffers of ``chosen[i]`` for every row ``i``: rows of the live stack
+        (whose weights move every step) or frozen copies; no copy when row i faces live row i."""
+        counted = counted or [True] * len(chosen)
         rows = [stack.rows.get(id(ind)) for ind in chosen]
-        if rows == list(range(len(stack))):
-            return stack.detached()
-        sources = []
-        for ind, row in zip(chosen, rows, strict=True):
+        if rows == list(range(len(stack))) and all(counted):
+            return Opposed(stack.detached(), stack.buffers, [])  # updated in place
+        sources: list[Params] = []
+        buffers: list[Params] = []
+        targets: list[Target | None] = []
+        for ind, row, count in zip(chosen, rows, counted, strict=True):
             if row is not None:
                 sources.append({name: p[row] for name, p in stack.detached().items()})
+                buffers.append({name: b[row] for name, b in stack.buffers.items()})
+                target: Target = (id(ind), stack.buffers, row)
             else:
                 if id(ind) not in self._frozen:
                     self._frozen[id(ind)] = {n: p.detach() for n, p in ind.network.named_parameters()}
                 sources.append(self._frozen[id(ind)])
-        return {name: torch.stack([source[name] for source in sources]) for name in stack.names}
+                own = dict(ind.network.named_buffers())
+                buffers.append(own)
+                target = (id(ind), own, None)
+            targets.append(target if count and stack.buffers else None)
+        return Opposed(
+            {name: torch.stack([source[name] for source in sources]) for name in stack.names},
+            {name: torch.stack([b[name] for b in buffers]) for name in stack.buffers},
+            targets,
+        )
+
+    def _facing(self, opposed: Opposed, fake: torch.Tensor) -> torch.Tensor:
+        logits = self.forward_d(opposed.params, opposed.buffers, fake)
+        opposed.commit(self.d.momenta)
+        return logits
 
     def _noise(self, real: Sequence[torch.Tensor], generators: Sequence[torch.Generator]) -> torch.Tensor:
         return torch.stack([self.problem.noise(r.shape[0], g) for r, g in zip(real, generators, strict=True)])
@@ -245,10 +334,10 @@ class StackedGan(StackedTraining):
     ) -> None:
         z = self._noise(real, generators)
         loss_fn = self.problem.loss.generator_loss
-        fake = self.forward_g(self.g.params, z)
+        fake = self.forward_g(self.g.params, self.g.buffers, z)
         width = max(len(f) for f in faced)
         if width == 1:  # one opponent each: the plain loss, as the looped path computes it
-            logits = self.forward_d(self._opponents(self.d, [f[0][0] for f in faced]), fake)
+            logits = self._facing(self._opponents(self.d, [f[0][0] for f in faced]), fake)
             losses = rowwise(loss_fn, logits)
         else:  # weighted sums; rows with fewer opponents are padded with weight 0
             # a row with one opponent uses the plain loss (weight 1), as the looped path does
@@ -257,8 +346,8 @@ class StackedGan(StackedTraining):
             losses = torch.zeros(len(faced), device=fake.device)
             for k in range(width):
                 weights = torch.tensor([row[k][1] for row in padded], device=fake.device)
-                logits = self.forward_d(self._opponents(self.d, [row[k][0] for row in padded]), fake)
-                losses = losses + weights * rowwise(loss_fn, logits)
+                opposed = self._opponents(self.d, [row[k][0] for row in padded], [k < len(f) for f in faced])
+                losses = losses + weights * rowwise(loss_fn, self._facing(opposed, fake))
         grads = torch.autograd.grad(losses.sum(), [self.g.params[n] for n in self.g.names])
         self.g.adam(grads)
 
@@ -267,15 +356,18 @@ class StackedGan(StackedTraining):
     ) -> None:
         z = self._noise(real, generators)
         with torch.no_grad():
-            fake = self.forward_g(self._opponents(self.g, defenders), z)
+            opposed = self._opponents(self.g, defenders)
+            fake = self.forward_g(opposed.params, opposed.buffers, z)
+            opposed.commit(self.g.momenta)
         batch = torch.stack(list(real))
-        forward = self.forward_d
+        params, buffers, forward = self.d.params, self.d.buffers, self.forward_d
         if self.joint:
-            real_logits, fake_logits = forward(self.d.params, torch.cat((batch, fake), dim=1)).split(
+            real_logits, fake_logits = forward(params, buffers, torch.cat((batch, fake), dim=1)).split(
                 batch.shape[1], dim=1
             )
-        else:
-            real_logits, fake_logits = forward(self.d.params, batch), forward(self.d.params, fake)
+        else:  # real first, then fake: the order in which the looped path updates running statistics
+            real_logits = forward(params, buffers, batch)
+            fake_logits = forward(params, buffers, fake)
         losses = rowwise(self.problem.loss.discriminator_loss, real_logits, fake_logits)
         grads = torch.autograd.grad(losses.sum(), [self.d.params[n] for n in self.d.names])
         self.d.adam(grads)
@@ -285,4 +377,14 @@ class StackedGan(StackedTraining):
         self.d.close()
 
 
-__all__ = ["PER_SAMPLE", "Stack", "StackedGan", "linear_plan", "run_plan", "signature", "unstackable"]
+__all__ = [
+    "PER_SAMPLE",
+    "Opposed",
+    "Stack",
+    "StackedGan",
+    "linear_plan",
+    "momenta",
+    "run_plan",
+    "signature",
+    "unstackable",
+]
