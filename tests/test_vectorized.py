@@ -267,11 +267,18 @@ def test_batchnorm_networks_are_stacked_with_running_statistics_per_cell(tiny_re
 
 
 def test_the_dcgan_like_conv32_pair_is_stacked_with_its_batchnorm(tiny_recipe, tmp_path: Path) -> None:
+    check_conv32_stacked(tiny_recipe, tmp_path)
+
+
+def check_conv32_stacked(tiny_recipe, tmp_path: Path, *device: str) -> None:  # type: ignore[no-untyped-def]
+    """conv32's BatchNorm generator trained stacked equals the looped run, statistics included (also run on
+    CUDA by tests/test_gpu.py with ``device`` set)."""
     from test_celeba_recipe import write_shapes
 
     folder = write_shapes(tmp_path / "pngs", count=16, size=32)
     path = tiny_recipe(seed=6, generations=2, rows=1, cols=2)
     options = (
+        *device,
         f'problem.data={{use="image_folder", root="{folder}", image_size=32, workers=0}}',
         'problem.network={use="conv32", ngf=4, ndf=4, latent_size=8}',
         'problem.metric={use="pixel_mean"}',
