@@ -37,12 +37,12 @@ def evaluate(
     from rich.table import Table
 
     from evogan.engine.ensemble import optimized_ensemble
-    from evogan.engine.run import evaluation_seed
+    from evogan.engine.run import best_cell, evaluation_seed
     from evogan.trained import load
 
     trained = load(run_dir, device=device, disable=disable)
     scores = trained.scores()
-    best = min(scores, key=lambda c: scores[c]["mixture_score"])
+    best = best_cell(scores)
     result = {
         "run": str(run_dir),
         "best_cell": int(best),

@@ -137,8 +137,9 @@ class TrainedRun:
             for cell in self.cells
         ):
             return int(summary["best_cell"])
-        scores = self.scores()
-        return int(min(scores, key=lambda c: scores[c]["mixture_score"]))
+        from evogan.engine.run import best_cell
+
+        return int(best_cell(self.scores()))
 
     # -------------------------------------------------------------------------------- networks
     def _cell(self, cell: int | None) -> int:

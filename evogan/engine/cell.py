@@ -361,10 +361,6 @@ class Cell:
         self._record(all_g, all_d, replaced, mixture_metrics)
         return timings
 
-    def train(self, job: TrainingJob) -> None:
-        """Train one generation's job on its own, individual by individual (the reference path)."""
-        self._train(job.gens, job.discs, job.g_opponents, job.d_opponents, job.rnd)
-
     def opponents(self, job: TrainingJob) -> tuple[Opponents, Opponents]:
         """Whom the job's generators and discriminators may face (the pairing draws from these)."""
         return (
@@ -372,19 +368,13 @@ class Cell:
             Opponents(own=job.gens, neighbourhood=job.d_opponents, weights=self._cell_weights(job.d_opponents)),
         )
 
-    def _train(
-        self,
-        gens: list[Individual],
-        discs: list[Individual],
-        g_opponents: Sequence[Individual],
-        d_opponents: Sequence[Individual],
-        rnd: CellRandom,
-    ) -> None:
-        """Train ``gens`` and ``discs`` on one generation's batches; the pairing picks, step by step,
-        whom they face among their own live opponents and ``g_opponents`` / ``d_opponents``."""
+    def train(self, job: TrainingJob) -> None:
+        """Train one generation's job on its own, individual by individual (the reference path): the
+        pairing picks, step by step, whom each faces among the job's live opponents."""
+        gens, discs, rnd = job.gens, job.discs, job.rnd
         problem, sparsity, numpy_rng = self.problem, self.settings.sparsity, rnd.numpy
         pairing, mutate = self.settings.pairing, self.settings.mutation.mutate
-        for_g, for_d = self.opponents(TrainingJob(self, gens, discs, g_opponents, d_opponents, rnd))
+        for_g, for_d = self.opponents(job)
         where = {"cell": self.index, "generation": self.generation}
         for step, real in enumerate(self.batches(rnd)):
             if problem.train_generator_at(step, **where):

@@ -381,7 +381,7 @@ class Driver:
     def finish(self, interrupted: bool) -> dict[str, Any]:
         """Score every cell's best generator and its mixture ensemble on fixed noise; pick the best."""
         cells = self.score()
-        best = min(cells, key=lambda c: cells[c]["mixture_score"])
+        best = best_cell(cells)
         self.pictures(self.cells[[c.index for c in self.cells].index(int(best))], "final-best")
         return write_summary(
             self.run_dir,
@@ -407,6 +407,11 @@ class Driver:
         return score_cells(self.cells, self.settings, self.recipe.run.seed)
 
 
+def best_cell(scores: Mapping[str, Any]) -> str:
+    """The cell (its key in ``scores``, as :func:`score_cells` gives them) whose mixture scored best."""
+    return min(scores, key=lambda c: scores[c]["mixture_score"])
+
+
 def write_summary(
     run_dir: RunDirectory,
     recipe: Recipe,
@@ -419,7 +424,7 @@ def write_summary(
 
     Shared by the single-process driver and the launcher that merges its workers' parts.
     """
-    best = min(cells, key=lambda c: cells[c]["mixture_score"])
+    best = best_cell(cells)
     summary = {
         "run": run_dir.run_id,
         "recipe": recipe.digest,
@@ -508,6 +513,7 @@ def default_threads(processes_here: int) -> int:
 __all__ = [
     "Driver",
     "RunInfo",
+    "best_cell",
     "build_settings",
     "build_topology",
     "default_threads",

@@ -38,6 +38,7 @@ from evogan import recipe as recipes
 from evogan.api import ConnectableTransport
 from evogan.engine.run import (
     Driver,
+    best_cell,
     build_settings,
     build_topology,
     default_threads,
@@ -82,7 +83,7 @@ class WorkerDriver(Driver):
         )
         merged = {c: s for part in parts for c, s in part["cells"].items()}
         cells = {c: merged[c] for c in sorted(merged, key=int)}
-        best = min(cells, key=lambda c: cells[c]["mixture_score"])
+        best = best_cell(cells)
         local = {cell.index: cell for cell in self.cells}
         if int(best) in local:
             self.pictures(local[int(best)], "final-best")
