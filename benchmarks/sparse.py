@@ -6,7 +6,10 @@ several seeds, the same generations for all. Per run: the classifier FID/TVD of 
 (summary.json), the theoretical training-FLOPs fraction (``sparsity.flops_ratio``), the BR forwards' cost,
 and the discriminator density at the end and its minimum/maximum over the run (metrics.jsonl, one record
 per generation). Variants: ``adapt-relax`` uses the paper's fixed band [0.45, 0.55], ``*-auto`` the
-calibrated band (``band = "auto"``). Intervals are scaled to the run length. Every finished run is appended
+calibrated band (``band = "auto"``), ``*-settle`` a longer warm-up whose first half is not used
+(``band_settle``), ``*-gstatic`` G's mask held (``g_mask = "static"``), ``static-d50`` Static with D at
+50 %. The ``[sparsity]`` table is replaced whole, so the recipe's own sparsity keys do not leak in.
+Intervals are scaled to the run length. Every finished run is appended
 to ``--json`` (one JSON object per line), so a long matrix can be run in pieces and reported together:
 
     nice -n 5 python benchmarks/sparse.py --generations 60 --densities 0.3 --seeds 1 2 3 --json runs.jsonl
