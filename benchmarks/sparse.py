@@ -47,6 +47,10 @@ VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "adapt-relax-settle": ("adapt-relax", ('band="auto"', SETTLE)),
     "adapt-strict-settle": ("adapt-strict", ('band="auto"', SETTLE)),
     "adapt-relax-settle-gstatic": ("adapt-relax", ('band="auto"', SETTLE, 'g_mask="static"')),
+    # Moves checked against BR (verify): a lowering that does not raise BR is undone and sets a floor.
+    "adapt-relax-auto-verify": ("adapt-relax", ('band="auto"', 'verify="shrink"')),
+    "adapt-relax-auto-gstatic-verify": ("adapt-relax", ('band="auto"', 'g_mask="static"', 'verify="shrink"')),
+    "adapt-relax-auto-gstatic-verify2": ("adapt-relax", ('band="auto"', 'g_mask="static"', 'verify="both"')),
     # Static with D denser than G, where the calibrated controllers ended at d_G 10 % (d_D 0.4-0.6).
     "static-d50": ("static", ("density_d=0.5",)),
 }
@@ -117,6 +121,8 @@ def one_run(variant: str, density: float, seed: int, args: argparse.Namespace, o
         "steps": steps,
         "density_g": 1.0 if variant == "dense" else density,
         "fid": final["generator"]["fid"],
+        # the last 10 generations' scores (1x1: the one generator), less noisy than the final one alone
+        "fid_last10": statistics.fmean(r["mixture_score"] for r in records[-10:]),
         "tvd": final["generator"]["tvd"],
         "classes": final["generator"].get("classes_covered"),
         "flops_ratio": sparse.get("flops_ratio", 1.0),
@@ -151,12 +157,14 @@ def report(results: list[dict[str, Any]], every: int) -> str:
     for r in results:
         groups.setdefault((r["density_g"], r["variant"]), []).append(r)
     lines = [
-        "| method | d_G | seeds | FID | TVD | classes | FLOPs % of dense | BR cost % | final d_D | min / max d_D |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| method | d_G | seeds | FID | FID, last 10 gens | TVD | classes | FLOPs % of dense | BR cost % | final d_D "
+        "| min / max d_D |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for (density, variant), runs in sorted(groups.items(), key=lambda kv: (-kv[0][0], order.index(kv[0][1]))):
         lines.append(
             f"| {variant} | {density:.0%} | {len(runs)} | {mean_sd([r['fid'] for r in runs], 1)} "
+            f"| {mean_sd([r.get('fid_last10', math.nan) for r in runs], 1)} "
             f"| {mean_sd([r['tvd'] for r in runs], 3)} | {mean_sd([float(r['classes'] or 0) for r in runs], 1)} "
             f"| {mean_sd([100 * r['flops_ratio'] for r in runs], 1)} "
             f"| {mean_sd([100 * r['flops_br_share'] for r in runs], 2)} "
@@ -174,7 +182,7 @@ def report(results: list[dict[str, Any]], every: int) -> str:
             )
             if variant.startswith("adapt"):
                 line += " | d_D " + " ".join(f"{r['density_d'][i]:.2f}" for i in picks)
-                if variant.endswith("auto") and r["br_band"]:
+                if 'band="auto"' in VARIANTS[variant][1] and r["br_band"]:
                     line += f" | band [{fmt(r['br_band'][0], 3)}, {fmt(r['br_band'][1], 3)}]"
             lines.append(line)
     return "\n".join(lines)

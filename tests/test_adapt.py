@@ -127,6 +127,46 @@ def test_fixed_band_decides_from_the_first_full_window() -> None:
     assert d.sparse["density"] == pytest.approx(0.25)
 
 
+# ------------------------------------------------------------------------------------------ verify
+def windows(*brs: float) -> list[tuple[float, float, float]]:
+    """Two samples per decision (da_iters = d_interval = 2), each with ratio ``br`` (fD = 0, r = 1)."""
+    return [(br, 0.0, 1.0) for br in brs for _ in range(2)]
+
+
+def test_verify_shrink_undoes_a_lowering_that_did_not_raise_br_and_keeps_its_floor() -> None:
+    ctrl, g, d = adapt(da_iters=2, d_interval=2, verify="shrink")
+    state = d.sparse["balance"]
+    feed(ctrl, g, d, windows(0.1))  # D too strong: lower 0.30 -> 0.25
+    assert d.sparse["density"] == pytest.approx(0.25) and state["last_move"] == pytest.approx([-1, 0.1, 0.3])
+    feed(ctrl, g, d, windows(0.2))  # BR rose: the lowering acted; still too strong, lower again
+    assert d.sparse["density"] == pytest.approx(0.20)
+    feed(ctrl, g, d, windows(0.15))  # BR fell after the lowering: undone, 0.25 is the floor
+    assert d.sparse["density"] == pytest.approx(0.25) and state["floor"] == pytest.approx(0.25)
+    assert masks.active_count(d.sparse["masks"]) == round(0.25 * masks.total_count(d.sparse["masks"]))
+    feed(ctrl, g, d, windows(0.1, 0.05))  # too strong twice more: the floor holds
+    assert d.sparse["density"] == pytest.approx(0.25) and state["decisions"] == 5
+    assert ctrl.metrics(g, d)["density_d_floor"] == pytest.approx(0.25)
+    feed(ctrl, g, d, windows(0.9, 0.9))  # too weak: raising is not checked under "shrink"
+    assert d.sparse["density"] == pytest.approx(0.35)
+
+
+def test_verify_both_undoes_a_raising_that_did_not_lower_br() -> None:
+    ctrl, g, d = adapt(da_iters=2, d_interval=2, verify="both")
+    feed(ctrl, g, d, windows(0.9))  # too weak: 0.30 -> 0.35
+    feed(ctrl, g, d, windows(0.95))  # BR did not fall: undone, ceiling 0.30
+    assert d.sparse["density"] == pytest.approx(0.30) and d.sparse["balance"]["ceiling"] == pytest.approx(0.3)
+    feed(ctrl, g, d, windows(0.9))
+    assert d.sparse["density"] == pytest.approx(0.30)
+    feed(ctrl, g, d, windows(0.1, 0.2))  # lowerings are still allowed (and checked)
+    assert d.sparse["density"] == pytest.approx(0.20)
+
+
+def test_without_verify_a_falling_br_walks_d_to_the_floor() -> None:
+    ctrl, g, d = adapt(da_iters=2, d_interval=2)
+    feed(ctrl, g, d, windows(0.3, 0.2, 0.1, 0.05, 0.02, 0.01))
+    assert d.sparse["density"] == pytest.approx(0.05)
+
+
 # ------------------------------------------------------------------------------------------ grid bookkeeping
 def test_g_steps_against_a_foreign_copy_credit_the_cell_own_discriminator() -> None:
     ctrl, g, own = adapt(br_freq=2, da_iters=8, d_interval=8)
@@ -285,6 +325,7 @@ def test_resume_restores_the_calibration_state_exactly(tiny_recipe) -> None:
         ('{use="adapt-relax", band="auto", band_settle=2000}', "band_settle (2000) must be below band_warmup"),
         ('{use="adapt-relax", band_min_width=-1}', "sparsity.band_min_width: "),
         ('{use="adapt-relax", g_mask="frozen"}', "sparsity.g_mask: "),
+        ('{use="adapt-relax", verify="always"}', "sparsity.verify: "),
         ('{use="rigl", sema=1.0}', "sparsity.sema: "),
         ('{use="static", sema=-0.1}', "sparsity.sema: "),
     ],

@@ -175,6 +175,16 @@ class AdaptOptions(DstOptions):
     band_min_width: float = Field(
         0.01, ge=0, description="band = 'auto': smallest half-width in BR units (for a centre near 0)."
     )
+    verify: Literal["none", "shrink", "both"] = Field(
+        "none",
+        description="Check each density move at the next decision: lowering D's density should raise BR "
+        "(G closes more of the gap), raising it should lower BR. 'shrink': a lowering after which the "
+        "window's BR did not rise is undone and the density before it becomes D's floor for the rest of the "
+        "run (BR's level drifts with training on some pairs, and a band then starves D; a move that does "
+        "not act on BR only costs quality). 'both': a raising after which BR did not fall is undone too and "
+        "sets a ceiling. 'none': the paper's rule. Exact when da_iters <= d_interval (the window after a "
+        "move holds no sample from before it).",
+    )
 
     @model_validator(mode="after")
     def _band(self) -> AdaptOptions:
@@ -430,6 +440,9 @@ class MaskedController(SparsityController[StaticOptions]):
             band = (o.br_lower, o.br_upper) if o.band == "fixed" else state.get("band")
             if band:
                 out["br_lower"], out["br_upper"] = float(band[0]), float(band[1])
+            if o.verify != "none":
+                out["density_d_floor"] = max(o.density_min, float(state.get("floor", 0.0)))
+                out["density_d_ceiling"] = min(o.density_max, float(state.get("ceiling", 1.0)))
         train = gs["ledger"]["train"] + ds["ledger"]["train"]
         dense = gs["ledger"]["dense"] + ds["ledger"]["dense"]
         out.update(flops_train=train, flops_dense=dense, flops_br=gs["ledger"]["br"] + ds["ledger"]["br"])
@@ -450,11 +463,19 @@ class MaskedController(SparsityController[StaticOptions]):
         state["decisions"] += 1
         lower, upper = (o.br_lower, o.br_upper) if o.band == "fixed" else state["band"]
         density = float(ds["density"])
+        undo = self._verify_last_move(state, br)
+        low = max(o.density_min, state.get("floor", 0.0))
+        high = min(o.density_max, state.get("ceiling", 1.0))
+        state["last_move"] = None
         rng = _event_rng(ds)
-        if br >= upper and density < o.density_max:
-            density = min(o.density_max, round(density + o.density_step, 9))
-        elif br <= lower:
-            density = max(o.density_min, round(density - o.density_step, 9))
+        if undo is not None:  # the last move did not act on BR: back to where it started, no new move
+            density = undo
+        elif br >= upper and density < high:
+            state["last_move"] = [1, br, density]
+            density = min(high, round(density + o.density_step, 9))
+        elif br <= lower and density > low:
+            state["last_move"] = [-1, br, density]
+            density = max(low, round(density - o.density_step, 9))
         elif br >= upper and self.strict:
             assert isinstance(o, AdaptStrictOptions)
             # Progress in G steps on the balance clock, like total_steps: D steps run n_critic (or
@@ -475,6 +496,24 @@ class MaskedController(SparsityController[StaticOptions]):
         )
         _set_masks(discriminator, new)
 
+    def _verify_last_move(self, state: dict[str, Any], br: float) -> float | None:
+        """``verify``: the density to return to when the last move did not act on BR (a lowering should
+        raise it, a raising lower it), else None. That density becomes D's floor (after a lowering) or
+        ceiling (after a raising) for the rest of the run."""
+        o = self.opts
+        assert isinstance(o, AdaptOptions)
+        last = state.get("last_move")
+        if o.verify == "none" or not last:
+            return None
+        direction, br_before, start = int(last[0]), float(last[1]), float(last[2])
+        if direction < 0 and br <= br_before:
+            state["floor"] = start
+            return start
+        if direction > 0 and o.verify == "both" and br >= br_before:
+            state["ceiling"] = start
+            return start
+        return None
+
 
 def new_balance() -> dict[str, Any]:
     """A discriminator lineage's balance state (see :mod:`evogan.sparse.state`)."""
@@ -487,6 +526,9 @@ def new_balance() -> dict[str, Any]:
         "decisions": 0,
         "calibration": [],
         "band": None,
+        "last_move": None,  # verify: [direction, BR before it, density before it]
+        "floor": 0.0,  # verify: D's density bounds learnt from moves that did not act on BR
+        "ceiling": 1.0,
     }
 
 

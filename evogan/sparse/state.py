@@ -14,7 +14,9 @@ weights_only=True)``, ``copy.deepcopy`` (selection copies) and the exchange enve
   lineage began), ``due`` (BR samples due, taken on the next G steps that face this D), ``samples`` (taken), ``window``
   ([fG, fD, r] triples), ``pending`` (a density decision waits for the next D step), ``decisions``,
   ``br`` (last balance ratio acted on), ``calibration`` (window BRs recorded during an ``auto`` band's
-  warm-up), ``band`` ([lower, upper] once calibrated, else None) and ``warmup_end`` (its clock); plus
+  warm-up), ``band`` ([lower, upper] once calibrated, else None), ``warmup_end`` (its clock), and for
+  ``verify``: ``last_move`` ([direction, BR before it, density before it] or None), ``floor`` and
+  ``ceiling`` (density bounds learnt from moves that did not act on BR); plus
   ``batch`` and ``g_cost`` (batch size and per-sample generator cost for D-step accounting);
 - generators with ``sema`` on also: ``sema`` (parameter name -> averaged tensor; not sent to neighbours).
 
