@@ -53,6 +53,8 @@ VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "adapt-relax-auto-gstatic-verify2": ("adapt-relax", ('band="auto"', 'g_mask="static"', 'verify="both"')),
     # Static with D denser than G, where the calibrated controllers ended at d_G 10 % (d_D 0.4-0.6).
     "static-d50": ("static", ("density_d=0.5",)),
+    # Static with D at the density the verified controller settled at (d_G 30 %: 0.35-0.40).
+    "static-d40": ("static", ("density_d=0.4",)),
 }
 
 
