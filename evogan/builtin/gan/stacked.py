@@ -8,7 +8,10 @@ Each individual keeps its own Adam moments, step count and learning rate (a batc
 noise (drawn from its cell's stream in the looped path's order) and its own opponent, picked from the
 live stack (its cell's own, being trained) or from the neighbours' frozen copies. BatchNorm running
 statistics are stacked like the parameters, one row per individual, and updated in place by the batched
-forward in train mode, an opponent's as well (:class:`Opposed`). The arithmetic is the
+forward in train mode, an opponent's as well (:class:`Opposed`). While a generation trains, each
+individual's own tensors are views of its rows (:class:`Stack`), so a sparsity controller's hooks, called
+by the engine after each step, mask, regrow and measure the stacked rows in place; each G step returns
+every row's :class:`~evogan.api.GeneratorStep` for them. The arithmetic is the
 looped path's (:meth:`GanProblem.generator_step`, ``discriminator_step``), so records agree with it
 within float tolerance; batched products round differently, so they are not bitwise equal.
 """
