@@ -403,11 +403,16 @@ def assert_same_masks(looped: Path, vectorised: Path, generation: int, happened:
     ids=[*CONTROLLERS, "adapt-relax-pop2", "adapt-relax-no-selection-pop2", "rigl-sema-weighted-critic"],
 )
 def test_sparse_cells_train_vectorised_as_the_looped_path_trains_them(tiny_recipe, controller, options) -> None:
+    check_sparse_stacked(tiny_recipe, controller, options)
+
+
+def check_sparse_stacked(tiny_recipe, controller: str, options: tuple[str, ...], *device: str) -> None:  # type: ignore[no-untyped-def]
     """The controller's hooks run on every stacked individual in the looped order: records (the sparsity
-    sub-record's densities, BR and FLOPs ledgers among them) match, and so do the masks."""
+    sub-record's densities, BR and FLOPs ledgers among them) match, and so do the masks (also run on
+    CUDA by tests/test_gpu.py with ``device`` set)."""
     sparsity, happened = CONTROLLERS[controller]
     path = tiny_recipe(seed=4, generations=3)
-    options = (f"sparsity={sparsity}", *options)
+    options = (*device, f"sparsity={sparsity}", *options)
     looped, vectorised = run(path, LOOPED, *options), run(path, VECTORISED, *options)
     assert "training: vectorised over the 4 cells" in log(vectorised)
     left, right = metrics(looped), metrics(vectorised)
