@@ -553,6 +553,11 @@ def test_each_worker_trains_its_block_of_cells_vectorised(tiny_recipe) -> None:
         assert "training: vectorised over the 2 cells of this process" in log(workers, cell)
     for a, b in zip(records(single), records(workers), strict=True):
         assert_close(a, b)
+    sparse = f"sparsity={CONTROLLERS['adapt-relax'][0]}"  # masks and balance state travel between workers
+    single, (workers, _) = run(path, VECTORISED, sparse), launched(path, VECTORISED, sparse)
+    assert "training: vectorised over the 2 cells of this process" in log(workers, 3)
+    for a, b in zip(records(single), records(workers), strict=True):
+        assert_sparse_close(a, b)
     with registered(BatchNormPlugin()):
         refused = CliRunner().invoke(
             cli,
