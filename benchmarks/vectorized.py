@@ -12,6 +12,10 @@ launch-bound) and ``mnist`` (the paper's MNIST MLPs on the demo digits, batch 10
 
     nice -n 5 .venv/bin/python benchmarks/vectorized.py                        # toy, CPU, threads 1 and 2
     nice -n 5 .venv/bin/python benchmarks/vectorized.py --workload mnist --batches 30 --threads 1
+    nice -n 5 .venv/bin/python benchmarks/vectorized.py --sparsity adapt-relax --cells 1 4 9 --threads 1
+
+``--sparsity NAME`` (or an inline table, ``'{use="rigl", g_interval=20}'``) trains sparse cells with that
+controller at its defaults: its hooks run per individual after every step in both paths.
     .venv/bin/python benchmarks/vectorized.py --device cuda --workload mnist --cells 1 4 9 16 --threads 0
 """
 
@@ -67,6 +71,9 @@ def measure(cells: int, vectorize: bool, threads: int, args: argparse.Namespace,
         'pairing={use="g_neighbourhood"}',
         f"problem.batches_per_generation={args.batches}",
     ]
+    if args.sparsity:
+        table = args.sparsity if args.sparsity.startswith("{") else f"{{use={json.dumps(args.sparsity)}}}"
+        overrides.append(f"sparsity={table}")
     _, _, run_dir = run_recipe(recipe, overrides)
     kept = [r for r in timings(run_dir) if r["generation"] > 1]
     seconds = sum(r.get(p, 0.0) for r in kept for p in PHASES)
@@ -83,11 +90,12 @@ def main() -> None:
     parser.add_argument("--generations", type=int, default=3, help="per run; the first is dropped")
     parser.add_argument("--batches", type=int, default=50, help="training batches per generation")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--sparsity", default="", help="a controller's name or inline table (default: dense)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     output = Path(tempfile.mkdtemp(prefix="evogan-vectorized-"))
     print(f"workload {args.workload}, device {args.device}, {args.batches} batches per generation, "
-          f"{args.rounds} interleaved rounds (medians)")
+          f"{args.rounds} interleaved rounds (medians), sparsity {args.sparsity or 'dense'}")
     print("| cells | threads | looped cell-gen/s | vectorised cell-gen/s | speed-up | training only: speed-up | load |")
     print("|---|---|---|---|---|---|---|")
     results = []
@@ -104,6 +112,7 @@ def main() -> None:
             )
             row = {
                 "cells": cells, "threads": threads, "device": args.device, "workload": args.workload,
+                "sparsity": args.sparsity or "dense",
                 "looped": looped, "vectorised": vectorised, "rounds": {str(k): v for k, v in rounds.items()},
                 "speedup": vectorised["per_s"] / looped["per_s"],
                 "training_speedup": vectorised["training_per_s"] / looped["training_per_s"],

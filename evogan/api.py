@@ -198,6 +198,12 @@ class SparsityController(Component[OptionsT]):
     kind: ClassVar[str] = "sparsity"
     hook: ClassVar[str] = "evogan_register_sparsity_controllers"
 
+    stackable: ClassVar[bool] = False
+    """True when the hooks change an individual's tensors only in place (parameters, their ``.grad``,
+    optimizer state, buffers: never a tensor swapped for another), so that they can act on the rows of
+    cells trained as one batched computation (``run.vectorize``), where those tensors are views of the
+    stack."""
+
     def prepare(self, individual: Individual, *, generator: torch.Generator) -> None:
         """A new individual was created: build its masks and state in ``individual.sparse``."""
 
@@ -255,14 +261,18 @@ class StackedTraining(abc.ABC):
     writes them back into the individuals. Each individual ``i`` of a step is trained exactly as the
     problem's own ``generator_step``/``discriminator_step`` would train it, with its own learning rate
     (``hyper["lr"]``) and noise drawn from ``generators[i]`` in order; results agree within float tolerance.
+    Made with ``hooks`` (a sparsity controller's hooks run on each individual after every step), it must
+    also keep each individual's parameters, their ``.grad`` of its latest step, optimizer moments and
+    buffers as views of the stack while it is open, so that in-place changes to them act on the stack.
     """
 
     @abc.abstractmethod
     def generator_step(
         self, faced: Sequence[Faced], real: Sequence[torch.Tensor], generators: Sequence[torch.Generator]
-    ) -> None:
+    ) -> list[GeneratorStep]:
         """One step of every stacked generator, ``i`` against the discriminators ``faced[i]`` (weighted
-        as ``generator_step`` weighs several) on the batch ``real[i]``."""
+        as ``generator_step`` weighs several) on the batch ``real[i]``; per row, what the step leaves
+        for a sparsity controller (as :meth:`Problem.generator_step` returns it)."""
 
     @abc.abstractmethod
     def discriminator_step(
@@ -386,10 +396,11 @@ class Problem(Component[OptionsT]):
         raise NotImplementedError
 
     def stacked_training(
-        self, generators: Sequence[Individual], discriminators: Sequence[Individual]
+        self, generators: Sequence[Individual], discriminators: Sequence[Individual], *, hooks: bool = False
     ) -> StackedTraining | str:
         """These individuals' training as one batched computation, or a one-line reason why it cannot
-        be (then each individual trains on its own, through the steps above)."""
+        be (then each individual trains on its own, through the steps above). ``hooks``: a sparsity
+        controller acts on each individual after every step (see :class:`StackedTraining`)."""
         return f"problem {self.name} trains one individual at a time"
 
     @abc.abstractmethod

@@ -428,8 +428,12 @@ def validate(data: dict[str, Any], registries: Registries, *, path: Path = Path(
             options_path="exchange.options",
         )
     if "run" in fixed and fixed["run"].vectorize is True:  # what the engine cannot stack, known from the recipe
-        if "sparsity" in choices:
-            errors.append(f"{source}: run.vectorize: true, but sparse cells train one individual at a time")
+        sparsity = choices.get("sparsity")
+        if sparsity is not None and not getattr(sparsity.component, "stackable", False):
+            errors.append(
+                f"{source}: run.vectorize: true, but sparsity {sparsity.name} is not marked stackable "
+                "(its hooks may replace tensors the stack shares)"
+            )
         if "exchange" in fixed and fixed["exchange"].every_batches:
             errors.append(f"{source}: run.vectorize: true, but exchange.every_batches needs cells taking turns")
     if errors:

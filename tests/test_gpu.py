@@ -2,7 +2,7 @@
 
 Device placement per LOCAL_RANK, two workers sharing one GPU, the fused Adam on CUDA, the Frechet
 distance in float64 on the device, a resume on CUDA, and vectorised against looped training on CUDA
-(MLPs, and the conv32 pair with its BatchNorm statistics).
+(MLPs, the conv32 pair with its BatchNorm statistics, sparse cells with their masks).
 The CPU-side halves of these branches (the device choice, the auto decision, the stack's optimizer
 state) are covered by the fast suite: test_vectorized.py and the tests below without the mark.
 """
@@ -14,7 +14,7 @@ import math
 import pytest
 import torch
 from test_run import metrics, run  # pytest puts tests/ on sys.path (rootdir conftest, prepend mode)
-from test_vectorized import LOOPED, VECTORISED, assert_close, check_conv32_stacked, log
+from test_vectorized import LOOPED, VECTORISED, assert_close, check_conv32_stacked, check_sparse_stacked, log
 
 from evogan.builtin.gan.image_metrics import frechet_distance, mean_cov
 from evogan.engine.run import Driver, pick_device
@@ -111,3 +111,9 @@ def test_vectorised_matches_looped_on_cuda(tiny_recipe, options: tuple[str, ...]
 @pytest.mark.gpu
 def test_batchnorm_networks_stacked_match_looped_on_cuda(tiny_recipe, tmp_path) -> None:  # type: ignore[no-untyped-def]
     check_conv32_stacked(tiny_recipe, tmp_path, CUDA)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("controller", ["rigl-sema", "adapt-strict"])
+def test_sparse_cells_stacked_match_looped_on_cuda(tiny_recipe, controller: str) -> None:
+    check_sparse_stacked(tiny_recipe, controller, (), CUDA)

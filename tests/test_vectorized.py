@@ -15,13 +15,13 @@ from typing import Any, ClassVar
 import pytest
 import torch
 from click.testing import CliRunner
-from test_exchange import SPARSE
 from test_run import metrics, run  # pytest puts tests/ on sys.path (rootdir conftest, prepend mode)
 from torch import nn
 
 from evogan.api import Metric, Networks, Role
 from evogan.builtin.gan.image_networks import MnistMlp
 from evogan.builtin.gan.stacked import Stack, linear_plan, run_plan
+from evogan.builtin.sparsity import Static
 from evogan.cli import cli
 from evogan.engine.run import build_settings
 from evogan.engine.rundir import RunDirectory
@@ -104,24 +104,22 @@ def test_what_cannot_be_stacked_is_looped_with_the_reason(tiny_recipe) -> None:
         mustangs = run(path, 'problem.loss={use="mustangs"}')
     assert "training: looped (loss mustangs is not marked stackable" in log(mustangs)
     assert metrics(mustangs) == metrics(run(path, 'problem.loss={use="mustangs"}', LOOPED))
-    sparse = run(path, f"sparsity={SPARSE}", "run.vectorize=auto")
-    assert "training: looped (" in log(sparse)
-    settings = build_settings(
-        load_recipe(path, Registries.from_plugin_manager(make_plugin_manager()), [f"sparsity={SPARSE}"]),
-        Registries.from_plugin_manager(make_plugin_manager()),
-        None,
-        torch.device("cpu"),
-    )
+    with registered(BatchNormPlugin()):
+        registries = Registries.from_plugin_manager(make_plugin_manager())
+        settings = build_settings(
+            load_recipe(path, registries, ['sparsity={use="unstackable"}']), registries, None, torch.device("cpu")
+        )
     assert decide("auto", settings, torch.device("cuda"), 4) == (
         False,
-        "training: looped (sparse cells: the controller acts between steps, individual by individual)",
+        "training: looped (sparsity unstackable is not marked stackable (its hooks may replace tensors the "
+        "stack shares))",
     )
 
 
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ((f"sparsity={SPARSE}",), "run.vectorize: true, but sparse cells train one individual at a time"),
+        (('sparsity={use="unstackable"}',), "run.vectorize: true, but sparsity unstackable is not marked"),
         (("exchange.every_batches=2",), "run.vectorize: true, but exchange.every_batches needs cells taking"),
         (('problem.loss={use="mustangs"}',), "run.vectorize: true, but loss mustangs is not marked stackable"),
         (('problem.network={use="dropout_mlp"}',), "run.vectorize: true, but the generator networks use dropout"),
@@ -138,7 +136,7 @@ def test_vectorize_true_where_it_cannot_be_done_is_a_one_line_error(
         validated = CliRunner().invoke(cli, ["validate", str(path), *sets])
     assert result.exit_code == 2, result.output
     assert message in result.output and "Traceback" not in result.output
-    if "but sparse" in message or "but exchange" in message or "must be" in message:  # known from the recipe
+    if "but sparsity" in message or "but exchange" in message or "must be" in message:  # known from the recipe
         assert validated.exit_code == 2 and message in validated.output
 
 
@@ -201,7 +199,19 @@ class PixelMean(Metric):
         return {"pixel_mean": float(samples.abs().mean())}
 
 
+class Unstackable(Static):
+    """A controller not marked stackable (as a third-party one is by default): its cells train looped."""
+
+    name: ClassVar[str] = "unstackable"
+    description: ClassVar[str] = "test controller not marked stackable"
+    stackable: ClassVar[bool] = False
+
+
 class BatchNormPlugin:
+    @hookimpl
+    def evogan_register_sparsity_controllers(self, register: Register) -> None:
+        register(Unstackable)
+
     @hookimpl
     def evogan_register_networks(self, register: Register) -> None:
         register(BatchNormMlp)
@@ -323,6 +333,167 @@ def test_the_linear_plan_computes_what_vmap_computes() -> None:
         assert torch.allclose(run_plan(plan, params, x), expected, atol=1e-6)
 
 
+# ------------------------------------------------------------------------------------------ sparse cells
+# Each controller with its mask events, balance-ratio samples and density decisions due within the tiny
+# run's 8 G steps per cell (2 generations of 4 batches), and what must have happened for the comparison
+# to mean something: "g": G mask changes, "d": D mask changes, "br": balance-ratio samples taken.
+DST = "density_g=0.3, density_d=0.5, g_interval=3, total_steps=16"
+BR = "br_freq=1, da_iters=2, d_interval=2"
+CONTROLLERS = {
+    "static": ('{use="static", density_g=0.3, density_d=0.5, br_freq=1, da_iters=2}', ("br",)),
+    "set": (f'{{use="set", {DST}}}', ("g",)),
+    "rigl-sema": (f'{{use="rigl", {DST}, sema=0.9}}', ("g",)),
+    "adapt-relax": (f'{{use="adapt-relax", {DST}, {BR}}}', ("g", "d", "br")),
+    # BR is always above the band: at the density cap every decision is a D prune-and-grow by gradient
+    "adapt-strict": (f'{{use="adapt-strict", {DST}, {BR}, br_lower=-5, br_upper=-4}}', ("g", "d", "br")),
+    "adapt-g-static": (f'{{use="adapt-relax", {DST}, {BR}, g_mask="static"}}', ("d", "br")),
+    "adapt-auto-band": (
+        '{use="adapt-relax", density_g=0.3, density_d=0.3, g_interval=3, total_steps=16, br_freq=1, '
+        'da_iters=2, d_interval=2, band="auto", band_warmup=4}',
+        ("g", "d", "br"),
+    ),
+}
+# The balance ratio (fG - fD) / (r - fD) divides differences of nearly equal mean logits: rounding of the
+# logits (1e-7) moves it by up to about 1e-5 absolute, beyond the relative tolerance near 0.
+BR_TOLERANCE = 1e-5
+
+
+def assert_sparse_close(left: dict[str, Any], right: dict[str, Any]) -> None:
+    for key in ("br", "br_lower", "br_upper"):
+        if key in left.get("sparsity", {}):
+            assert abs(left["sparsity"].pop(key) - right["sparsity"].pop(key)) < BR_TOLERANCE, key
+    assert_close(left, right)
+
+
+def sparse_states(run_dir: Path, cells: int, generation: int) -> list[dict[str, Any]]:
+    directory = RunDirectory(run_dir)
+    return [
+        individual["sparse"]
+        for cell in range(cells)
+        for role in ("generators", "discriminators")
+        for individual in directory.read_checkpoint(cell, generation)[role]
+    ]
+
+
+def assert_same_masks(looped: Path, vectorised: Path, generation: int, happened: tuple[str, ...]) -> None:
+    """Masks equal, and the same mask changes, steps and BR samples counted, individual by individual."""
+    left, right = sparse_states(looped, 4, generation), sparse_states(vectorised, 4, generation)
+    assert len(left) == len(right) > 0
+    for a, b in zip(left, right, strict=True):
+        assert a["masks"].keys() == b["masks"].keys()
+        for name in a["masks"]:
+            assert torch.equal(a["masks"][name], b["masks"][name]), name
+        assert (a["density"], a["steps"], a["mask_updates"]) == (b["density"], b["steps"], b["mask_updates"])
+        if "balance" in a:
+            counts = ("clock", "samples", "due", "decisions")
+            assert [a["balance"][k] for k in counts] == [b["balance"][k] for k in counts]
+    for role, key in (("generator", "g"), ("discriminator", "d")):
+        assert (sum(s["mask_updates"] for s in left if s["role"] == role) > 0) == (key in happened), role
+    assert (sum(s.get("balance", {}).get("samples", 0) for s in left) > 0) == ("br" in happened)
+
+
+@pytest.mark.parametrize(
+    ("controller", "options"),
+    [
+        *((name, ()) for name in CONTROLLERS),
+        ("adapt-relax", ("population.size=2",)),  # offspring share their incumbent's balance state
+        ("adapt-relax", ("population.selection=false", "population.size=2", 'pairing={use="g_neighbourhood"}')),
+        ("rigl-sema", ('pairing={use="g_mixture"}', "problem.d_skip=1")),  # weighted opponents, D every 2nd
+    ],
+    ids=[*CONTROLLERS, "adapt-relax-pop2", "adapt-relax-no-selection-pop2", "rigl-sema-weighted-d-skip"],
+)
+def test_sparse_cells_train_vectorised_as_the_looped_path_trains_them(tiny_recipe, controller, options) -> None:
+    check_sparse_stacked(tiny_recipe, controller, options)
+
+
+def check_sparse_stacked(tiny_recipe, controller: str, options: tuple[str, ...], *device: str) -> None:  # type: ignore[no-untyped-def]
+    """The controller's hooks run on every stacked individual in the looped order: records (the sparsity
+    sub-record's densities, BR and FLOPs ledgers among them) match, and so do the masks (also run on
+    CUDA by tests/test_gpu.py with ``device`` set)."""
+    sparsity, happened = CONTROLLERS[controller]
+    path = tiny_recipe(seed=4, generations=2)
+    options = (*device, f"sparsity={sparsity}", *options)
+    looped, vectorised = run(path, LOOPED, *options), run(path, VECTORISED, *options)
+    assert "training: vectorised over the 4 cells" in log(vectorised)
+    left, right = metrics(looped), metrics(vectorised)
+    assert len(left) == len(right) == 8 and all("sparsity" in r for r in right)
+    for a, b in zip(left, right, strict=True):
+        assert_sparse_close(a, b)
+    assert_same_masks(looped, vectorised, 2, happened)
+
+
+def test_vectorised_sparse_runs_are_reproducible_and_resume_exactly(tiny_recipe) -> None:
+    path = tiny_recipe(seed=3, generations=4)
+    sparse = f"sparsity={CONTROLLERS['adapt-relax'][0][:-1]}, sema=0.9}}"
+    first, second = run(path, VECTORISED, sparse), run(path, VECTORISED, sparse)
+    assert (first / "metrics.jsonl").read_bytes() == (second / "metrics.jsonl").read_bytes()
+    interrupted = run(path, VECTORISED, sparse, "run.checkpoint_every=2", stop_after=3)
+    run_in_process(prepare(None, resume_dir=interrupted))
+    assert metrics(interrupted) == metrics(first)
+
+
+def test_batchnorm_discriminators_faced_by_several_sparse_generators_are_looped(tiny_recipe) -> None:
+    """A BR sample runs D in train mode after a G step: looped it falls between the steps of a cell's
+    generators, stacked after all of them, so D's running statistics would move in another order. One
+    generator per cell keeps the order, and is stacked, running statistics and masks per row. (Compared
+    with static masks and no BR: behind a normalisation some gradients are zero up to rounding, so RigL's
+    regrowth ranks them by rounding; and the train-mode batch means of D's logits hardly move, so the BR
+    of either path is rounding noise near 0.)"""
+    path = tiny_recipe(seed=5, generations=2)
+    with registered(BatchNormPlugin()):
+        with pytest.MonkeyPatch.context() as cuda:  # auto decides as on CUDA, then asks the problem
+            cuda.setattr("evogan.engine.run.decide", lambda *_: (True, "training: vectorised"))
+            shared = run(
+                path,
+                'problem.network={use="bn_mlp"}',
+                f"sparsity={CONTROLLERS['adapt-relax'][0]}",
+                "population.size=2",
+                stop_after=1,
+            )
+        options = ('problem.network={use="bn_mlp"}', 'sparsity={use="static", density_g=0.3, density_d=0.5}')
+        looped, vectorised = run(path, LOOPED, *options), run(path, VECTORISED, *options)
+        still = (*options, "problem.learning_rate=1e-12")  # see the BatchNorm test above
+        looped_still, vectorised_still = run(path, LOOPED, *still), run(path, VECTORISED, *still)
+    assert "training: looped (sparse cells with several generators facing one BatchNorm discriminator" in log(
+        shared
+    )
+    assert "training: vectorised over the 4 cells" in log(vectorised)
+    for a, b in zip(metrics(looped), metrics(vectorised), strict=True):
+        assert_close(a, b)
+    assert_same_masks(looped, vectorised, 2, ())
+    assert_same_statistics(looped_still, vectorised_still, cells=4, generations=2)
+
+
+def test_stacked_individuals_are_views_of_the_stack_until_it_closes() -> None:
+    """What a controller does in place to an individual (masking weights and moments) acts on the stack;
+    its gradient of the latest step is its row; closing gives it its own tensors back."""
+    trained = individuals(3, [1e-2, 1e-2, 1e-2])
+    originals = [[p.data for p in ind.network.parameters()] for ind in trained]
+    stack = Stack(trained, gradients=True)
+    weight = trained[1].network[0].weight
+    with torch.no_grad():
+        weight.mul_(0)
+        trained[1].optimizer.state[weight]["exp_avg"].fill_(3.0)
+    assert not stack.params["0.weight"][1].any() and stack.params["0.weight"][0].all()
+    assert (stack._views["0.weight"][1][1] == 3.0).all()
+    x = torch.randn(4, 3, generator=torch.Generator().manual_seed(0))
+    outputs = torch.func.vmap(lambda p: torch.func.functional_call(stack.template, p, (x,)))(stack.params)
+    grads = torch.autograd.grad(outputs.square().sum(), list(stack.params.values()))
+    stack.adam(grads)
+    assert torch.equal(weight.grad, grads[0][1])
+    assert torch.equal(trained[2].network[2].bias.grad, grads[3][2])
+    stack.close()
+    for ind, own in zip(trained, originals, strict=True):
+        for p, tensor, grad in zip(ind.network.parameters(), own, grads, strict=True):
+            assert p.data_ptr() == tensor.data_ptr()  # its own storage again, holding the trained values
+            assert p.grad is not None and p.grad.untyped_storage().data_ptr() != grad.untyped_storage().data_ptr()
+    row = stack.params["0.weight"][1].detach().clone()
+    assert torch.equal(weight, row)
+    with torch.no_grad():
+        weight.add_(1)
+    assert torch.equal(stack.params["0.weight"][1], row)  # no longer shared
+
+
 # ------------------------------------------------------------------------------------------ the stack's Adam
 def individuals(count: int, lrs: list[float]) -> list[Individual]:
     made = []
@@ -382,7 +553,14 @@ def test_each_worker_trains_its_block_of_cells_vectorised(tiny_recipe) -> None:
         assert "training: vectorised over the 2 cells of this process" in log(workers, cell)
     for a, b in zip(records(single), records(workers), strict=True):
         assert_close(a, b)
-    refused = CliRunner().invoke(
-        cli, ["run", str(path), "--set", VECTORISED, "--set", f"sparsity={SPARSE}", "--workers", "2", "--quiet"]
-    )
-    assert refused.exit_code == 2 and "run.vectorize: true, but sparse cells" in refused.output
+    sparse = f"sparsity={CONTROLLERS['adapt-relax'][0]}"  # masks and balance state travel between workers
+    single, (workers, _) = run(path, VECTORISED, sparse), launched(path, VECTORISED, sparse)
+    assert "training: vectorised over the 2 cells of this process" in log(workers, 3)
+    for a, b in zip(records(single), records(workers), strict=True):
+        assert_sparse_close(a, b)
+    with registered(BatchNormPlugin()):
+        refused = CliRunner().invoke(
+            cli,
+            ["run", str(path), "--set", VECTORISED, "--set", 'sparsity={use="unstackable"}', "--workers", "2"],
+        )
+    assert refused.exit_code == 2 and "run.vectorize: true, but sparsity unstackable" in refused.output

@@ -30,6 +30,7 @@ class Dense(SparsityController[ComponentOptions]):
 
     name: ClassVar[str] = "dense"
     description: ClassVar[str] = "no sparsity (every weight trains)"
+    stackable: ClassVar[bool] = True
 
     def prepare(self, individual: Individual, *, generator: torch.Generator) -> None:
         pass

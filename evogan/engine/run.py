@@ -231,12 +231,13 @@ class Driver:
         """Ask the problem whether it can stack these cells' networks; ``true`` where it cannot is an error."""
         gens = [g for cell in self.cells for g in cell.generators]
         discs = [d for cell in self.cells for d in cell.discriminators]
-        probe = self.settings.problem.stacked_training(gens, discs)
+        probe = self.settings.problem.stacked_training(gens, discs, hooks=self.settings.sparsity is not None)
         if isinstance(probe, str):
             if self.recipe.run.vectorize is True:
                 raise UserError(f"run.vectorize: true, but {probe}")
             self.vectorize, self.training_note = False, f"training: looped ({probe})"
-        # A stack that trained nothing is dropped: it holds copies, the individuals are untouched.
+        else:  # it trained nothing: closing gives the individuals their own tensors back, unchanged
+            probe.close()
 
     def step_cells(self, cells: Sequence[Cell]) -> None:
         """One generation of each of ``cells`` (least advanced first). With exchanges inside the

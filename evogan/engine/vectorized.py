@@ -8,8 +8,16 @@ Step by step, this loop asks every cell's pairing and mutation in the order the 
 the whole step to the problem's :class:`~evogan.api.StackedTraining`. Same seed, same records run to run;
 against the looped path the records agree within float tolerance (batched products round differently).
 
-What is not vectorised trains through the looped path, with the reason logged: sparse cells (their
-controllers act between steps), exchanges inside a generation, and whatever the problem declines
+Sparse cells: after each stacked step the sparsity controller's hooks run on every individual, cell by
+cell in the looped path's order (``after_generator_step`` with the row's noise, batch, logits and principal
+opponent; ``after_discriminator_step``; ``end_generation`` after the last batch). While the stack is open
+the individuals' parameters, gradients, optimizer moments and running statistics are views of its rows
+(:class:`~evogan.api.StackedTraining`), so the hooks' in-place masking, regrowth and balance-ratio forwards
+act on what the next stacked step trains. A controller must be marked ``stackable`` (it changes tensors
+only in place); the built-in ones are.
+
+What is not vectorised trains through the looped path, with the reason logged: a controller not marked
+stackable, exchanges inside a generation, and whatever the problem declines
 (:meth:`Problem.stacked_training <evogan.api.Problem.stacked_training>`: e.g. dropout, a random loss).
 """
 
@@ -31,8 +39,9 @@ Setting = Literal["auto", True, False]
 
 def engine_reason(settings: CellSettings) -> str:
     """Why the engine itself cannot train these cells together ('' when it can)."""
-    if settings.sparsity is not None:
-        return "sparse cells: the controller acts between steps, individual by individual"
+    sparsity = settings.sparsity
+    if sparsity is not None and not type(sparsity).stackable:
+        return f"sparsity {sparsity.name} is not marked stackable (its hooks may replace tensors the stack shares)"
     if settings.recipe.exchange.every_batches:
         return "exchange.every_batches: cells exchange inside the generation, taking turns"
     return ""
@@ -64,7 +73,7 @@ def train_together(jobs: Sequence[TrainingJob]) -> str:
     gens = [g for job in jobs for g in job.gens]
     discs = [d for job in jobs for d in job.discs]
     started = time.perf_counter()
-    stacked = problem.stacked_training(gens, discs)
+    stacked = problem.stacked_training(gens, discs, hooks=jobs[0].cell.settings.sparsity is not None)
     if isinstance(stacked, str):
         return stacked
     try:
@@ -80,15 +89,18 @@ def train_together(jobs: Sequence[TrainingJob]) -> str:
 def _loop(jobs: Sequence[TrainingJob], stacked: StackedTraining) -> None:
     settings = jobs[0].cell.settings
     problem, pairing, mutate = settings.problem, settings.pairing, settings.mutation.mutate
+    sparsity = settings.sparsity
     opponents = [job.cell.opponents(job) for job in jobs]
     batches = [iter(job.cell.batches(job.rnd)) for job in jobs]
+    gens = [g for job in jobs for g in job.gens]
+    discs = [d for job in jobs for d in job.discs]
     step = 0
     while True:
         reals = [next(it, None) for it in batches]
         if any(real is None for real in reals):
             if not all(real is None for real in reals):
                 raise RuntimeError("cells trained together must have the same number of batches")
-            return
+            break
         if _together(jobs, problem.train_generator_at, step):
             faced: list[Faced] = []
             real_g: list[torch.Tensor] = []
@@ -100,7 +112,11 @@ def _loop(jobs: Sequence[TrainingJob], stacked: StackedTraining) -> None:
                     faced.append(chosen)
                     real_g.append(real)  # type: ignore[arg-type]
                     streams.append(job.rnd.torch)
-            stacked.generator_step(faced, real_g, streams)
+            infos = stacked.generator_step(faced, real_g, streams)
+            if sparsity is not None:  # row by row, as the looped path calls it after each G step
+                for g, chosen, info in zip(gens, faced, infos, strict=True):
+                    info.step = step
+                    sparsity.after_generator_step(g, chosen[0][0], info, problem)
         if _together(jobs, problem.train_discriminator_at, step):
             defenders: list[Individual] = []
             real_d: list[torch.Tensor] = []
@@ -113,7 +129,13 @@ def _loop(jobs: Sequence[TrainingJob], stacked: StackedTraining) -> None:
                     real_d.append(real)  # type: ignore[arg-type]
                     streams.append(job.rnd.torch)
             stacked.discriminator_step(defenders, real_d, streams)
+            if sparsity is not None:
+                for d in discs:
+                    sparsity.after_discriminator_step(d)
         step += 1
+    if sparsity is not None:
+        for job in jobs:
+            sparsity.end_generation(job.gens, job.discs)
 
 
 def _together(jobs: Sequence[TrainingJob], schedule: Callable[..., bool], step: int) -> bool:

@@ -236,6 +236,7 @@ class MaskedController(SparsityController[StaticOptions]):
     """Masks for G and D; what changes them is set by the class variables of each registered variant."""
 
     Options: ClassVar[type[StaticOptions]] = StaticOptions
+    stackable: ClassVar[bool] = True  # masks, regrowth and SEMA change tensors in place only
     g_growth: ClassVar[dst.Growth | None] = None  # None: the generator's mask never changes
     adapt: ClassVar[bool] = False  # BR-driven discriminator density
     strict: ClassVar[bool] = False  # at the cap, a weak D gets a DST step instead

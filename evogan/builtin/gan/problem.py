@@ -357,17 +357,17 @@ class GanProblem(Problem[GanOptions]):
         return self._joint_d
 
     def stacked_training(
-        self, generators: Sequence[Individual], discriminators: Sequence[Individual]
+        self, generators: Sequence[Individual], discriminators: Sequence[Individual], *, hooks: bool = False
     ) -> StackedTraining | str:
         from evogan.builtin.gan.stacked import StackedGan, unstackable
 
         if self.options.clip_weights:
             return "problem.clip_weights: the stacked discriminator step does not clip weights"
         for role, individuals in (("generator", generators), ("discriminator", discriminators)):
-            reason = unstackable(role, individuals, self.loss)
+            reason = unstackable(role, individuals, self.loss, hooks=hooks)
             if reason:
                 return reason
-        return StackedGan(self, generators, discriminators)
+        return StackedGan(self, generators, discriminators, hooks=hooks)
 
     def discriminator_logits(
         self, discriminator: nn.Module, generator_net: nn.Module, z: torch.Tensor, real: torch.Tensor

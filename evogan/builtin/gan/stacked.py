@@ -8,7 +8,10 @@ Each individual keeps its own Adam moments, step count and learning rate (a batc
 noise (drawn from its cell's stream in the looped path's order) and its own opponent, picked from the
 live stack (its cell's own, being trained) or from the neighbours' frozen copies. BatchNorm running
 statistics are stacked like the parameters, one row per individual, and updated in place by the batched
-forward in train mode, an opponent's as well (:class:`Opposed`). The arithmetic is the
+forward in train mode, an opponent's as well (:class:`Opposed`). While a generation trains, each
+individual's own tensors are views of its rows (:class:`Stack`), so a sparsity controller's hooks, called
+by the engine after each step, mask, regrow and measure the stacked rows in place; each G step returns
+every row's :class:`~evogan.api.GeneratorStep` for them. The arithmetic is the
 looped path's (:meth:`GanProblem.generator_step`, ``discriminator_step``), so records agree with it
 within float tolerance; batched products round differently, so they are not bitwise equal.
 """
@@ -22,7 +25,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, vmap
 
-from evogan.api import Faced, Loss, StackedTraining
+from evogan.api import Faced, GeneratorStep, Loss, StackedTraining
 from evogan.individual import Individual
 
 if TYPE_CHECKING:
@@ -56,7 +59,7 @@ def momenta(network: nn.Module) -> dict[str, float] | str:
     return found
 
 
-def unstackable(role: str, individuals: Sequence[Individual], loss: Loss) -> str:
+def unstackable(role: str, individuals: Sequence[Individual], loss: Loss, *, hooks: bool = False) -> str:
     """Why these individuals cannot be trained as one stack ('' when they can)."""
     if not type(loss).stackable:
         return f"loss {loss.name} is not marked stackable (it may draw at random or branch on values)"
@@ -64,6 +67,14 @@ def unstackable(role: str, individuals: Sequence[Individual], loss: Loss) -> str
     found = momenta(first.network)
     if isinstance(found, str):
         return f"the {role} networks have {found}"
+    if hooks and found and role == "discriminator" and shared_by_attackers(individuals):
+        # The controller's balance-ratio forwards run D in train mode after a G step; looped, they fall
+        # between the steps of one cell's generators, stacked after all of them: another order of updates.
+        return (
+            "sparse cells with several generators facing one BatchNorm discriminator: the controller's "
+            "forwards between their steps (balance-ratio samples) would move its running statistics in "
+            "another order"
+        )
     if any(isinstance(m, nn.modules.dropout._DropoutNd) for m in first.network.modules()):
         return f"the {role} networks use dropout (random draws inside the network)"
     groups = first.optimizer.param_groups
@@ -83,6 +94,13 @@ def unstackable(role: str, individuals: Sequence[Individual], loss: Loss) -> str
         ):
             return f"the {role} optimizers differ"
     return ""
+
+
+def shared_by_attackers(discriminators: Sequence[Individual]) -> bool:
+    """Whether some cell trains several discriminators: then its several generators face one of them
+    in a step (``origin`` is the training cell: offspring take it)."""
+    origins = [d.origin for d in discriminators]
+    return len(set(origins)) < len(origins)
 
 
 # Modules without parameters that act on each sample alone: run on (rows x batch) samples at once.
@@ -131,10 +149,18 @@ class Stack:
     row's tensor), so ``params[name]`` is a contiguous ``(rows, *shape)`` view for the batched forward
     and each row's slice a contiguous view for its optimizer step. The step is torch's fused Adam kernel
     once per row (each individual has its own learning rate): the same arithmetic as the looped path.
+
+    While the stack is open, each individual's parameters, optimizer moments and running statistics are
+    its rows (``param.data``, ``optimizer.state[param]`` and the module's buffers are views of the
+    stack), and with ``gradients`` each parameter's ``.grad`` is its row of the latest step's gradient:
+    a sparsity controller's in-place work on the individual (masking weights and moments, regrowing by
+    gradient, a forward for the balance ratio) acts on the stack. :meth:`close` gives the individuals
+    their own tensors back.
     """
 
-    def __init__(self, individuals: Sequence[Individual]) -> None:
+    def __init__(self, individuals: Sequence[Individual], *, gradients: bool = False) -> None:
         self.individuals = list(individuals)
+        self.gradients = gradients
         self.template = self.individuals[0].network  # the forward swaps its parameters for the stack's
         self.rows = {id(ind): row for row, ind in enumerate(self.individuals)}
         named = [dict(ind.network.named_parameters()) for ind in self.individuals]
@@ -177,6 +203,30 @@ class Stack:
              for _ in self.names]
             for st in states
         ]  # fmt: skip
+        self._own: list[tuple[list[torch.Tensor], list[torch.Tensor]]] = []  # each row's tensors, for close
+        self._stepped = [bool(st[0]) for st in states]  # whether the row's optimizer had state
+        self._alias()
+
+    def _alias(self) -> None:
+        """Make each individual's parameters, moments and running statistics views of its rows."""
+        for row, individual in enumerate(self.individuals):
+            params = dict(individual.network.named_parameters())
+            own_params = []
+            for k, name in enumerate(self.names):
+                param, (weights, exp_avg, exp_avg_sq) = params[name], self._views[name]
+                own_params.append(param.data)
+                param.data = weights[row]
+                individual.optimizer.state[param] = {
+                    "step": self.steps[row][k],
+                    "exp_avg": exp_avg[row],
+                    "exp_avg_sq": exp_avg_sq[row],
+                }
+            own_buffers = []
+            for name in self.momenta:
+                module, local = _owner(individual.network, name)
+                own_buffers.append(getattr(module, local))
+                setattr(module, local, self.buffers[name][row])
+            self._own.append((own_params, own_buffers))
 
     def __len__(self) -> int:
         return len(self.individuals)
@@ -188,6 +238,10 @@ class Stack:
         """One Adam step of every row with its own learning rate (``hyper["lr"]``) and step count."""
         beta1, beta2 = self.betas
         grads = [grad.contiguous() for grad in grads]  # the fused kernel reads each row's slice as flat memory
+        if self.gradients:  # what the looped step leaves in .grad: the controller may regrow by it
+            for row, individual in enumerate(self.individuals):
+                for param, grad in zip(individual.network.parameters(), grads, strict=True):
+                    param.grad = grad[row]
         with torch.no_grad():
             torch._foreach_add_([step for row in self.steps for step in row], 1.0)
             for row, individual in enumerate(self.individuals):
@@ -208,23 +262,40 @@ class Stack:
                 )
 
     def close(self) -> None:
-        """Weights and running statistics into the networks, moments and step counts into each
-        individual's own optimizer."""
+        """Each individual's own tensors back, holding its rows' weights and running statistics;
+        moments and step counts into its own optimizer."""
         with torch.no_grad():
             for row, individual in enumerate(self.individuals):
+                own_params, own_buffers = self._own[row]
                 optimizer = individual.optimizer
                 fused = bool(optimizer.param_groups[0].get("fused"))
-                for name, buffer in individual.network.named_buffers():
-                    buffer.copy_(self.buffers[name][row])
+                for name, own in zip(self.momenta, own_buffers, strict=True):
+                    module, local = _owner(individual.network, name)
+                    if getattr(module, local).data_ptr() != self.buffers[name][row].data_ptr():
+                        raise RuntimeError(f"buffer {name} of {individual.uid} was replaced while stacked")
+                    setattr(module, local, own.copy_(self.buffers[name][row]))
                 for k, (name, param) in enumerate(individual.network.named_parameters()):
                     weights, exp_avg, exp_avg_sq = self._views[name]
-                    param.copy_(weights[row])
+                    if param.data_ptr() != weights[row].data_ptr():  # a hook swapped the tensor: lost work
+                        raise RuntimeError(f"parameter {name} of {individual.uid} was replaced while stacked")
+                    param.data = own_params[k].copy_(weights[row])
+                    if self.gradients and param.grad is not None:
+                        param.grad = param.grad.clone()  # its own, like the looped step's
                     step = self.steps[row][k].clone()
+                    if not step and not self._stepped[row]:  # never stepped (a probe): no state, as before
+                        optimizer.state.pop(param, None)
+                        continue
                     optimizer.state[param] = {
                         "step": step if fused else step.cpu(),
                         "exp_avg": exp_avg[row].clone(),
                         "exp_avg_sq": exp_avg_sq[row].clone(),
                     }
+
+
+def _owner(network: nn.Module, name: str) -> tuple[nn.Module, str]:
+    """The module holding the buffer or parameter ``name`` and its local name there."""
+    prefix, _, local = name.rpartition(".")
+    return network.get_submodule(prefix), local
 
 
 def rowwise(loss: Callable[..., torch.Tensor], *logits: torch.Tensor) -> torch.Tensor:
@@ -276,9 +347,16 @@ class Opposed:
 class StackedGan(StackedTraining):
     """:class:`~evogan.api.StackedTraining` for :class:`~evogan.builtin.gan.problem.GanProblem`."""
 
-    def __init__(self, problem: GanProblem, generators: Sequence[Individual], discriminators: Sequence[Individual]):
+    def __init__(
+        self,
+        problem: GanProblem,
+        generators: Sequence[Individual],
+        discriminators: Sequence[Individual],
+        *,
+        hooks: bool = False,
+    ) -> None:
         self.problem = problem
-        self.g, self.d = Stack(generators), Stack(discriminators)
+        self.g, self.d = Stack(generators, gradients=hooks), Stack(discriminators, gradients=hooks)
         self._frozen: dict[int, Params] = {}  # neighbours' copies: their weights do not change this generation
         self.joint = problem.joint_discriminator_batch(self.d.template)
         self.forward_g, self.forward_d = self._forward(self.g), self._forward(self.d)
@@ -331,13 +409,13 @@ class StackedGan(StackedTraining):
 
     def generator_step(
         self, faced: Sequence[Faced], real: Sequence[torch.Tensor], generators: Sequence[torch.Generator]
-    ) -> None:
+    ) -> list[GeneratorStep]:
         z = self._noise(real, generators)
         loss_fn = self.problem.loss.generator_loss
         fake = self.forward_g(self.g.params, self.g.buffers, z)
         width = max(len(f) for f in faced)
         if width == 1:  # one opponent each: the plain loss, as the looped path computes it
-            logits = self._facing(self._opponents(self.d, [f[0][0] for f in faced]), fake)
+            logits = first = self._facing(self._opponents(self.d, [f[0][0] for f in faced]), fake)
             losses = rowwise(loss_fn, logits)
         else:  # weighted sums; rows with fewer opponents are padded with weight 0
             # a row with one opponent uses the plain loss (weight 1), as the looped path does
@@ -347,9 +425,14 @@ class StackedGan(StackedTraining):
             for k in range(width):
                 weights = torch.tensor([row[k][1] for row in padded], device=fake.device)
                 opposed = self._opponents(self.d, [row[k][0] for row in padded], [k < len(f) for f in faced])
-                losses = losses + weights * rowwise(loss_fn, self._facing(opposed, fake))
+                logits = self._facing(opposed, fake)
+                if k == 0:  # the principal opponent's logits, as the looped step returns them
+                    first = logits
+                losses = losses + weights * rowwise(loss_fn, logits)
         grads = torch.autograd.grad(losses.sum(), [self.g.params[n] for n in self.g.names])
         self.g.adam(grads)
+        pre = first.detach()
+        return [GeneratorStep(z=z[i], real=real[i], fake_logits_pre=pre[i], step=0) for i in range(len(faced))]
 
     def discriminator_step(
         self, defenders: Sequence[Individual], real: Sequence[torch.Tensor], generators: Sequence[torch.Generator]
