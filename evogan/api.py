@@ -275,6 +275,24 @@ class StackedTraining(abc.ABC):
         """Write the weights and optimizer state back into the individuals."""
 
 
+class StackedFitness(abc.ABC):
+    """A problem's all-vs-all fitness of given generators and discriminators as one batched computation
+    (vectorised cells: :mod:`evogan.engine.vectorized`). Made per evaluation by
+    :meth:`Problem.stacked_fitness`; :meth:`fitness` returns what :meth:`Problem.fitness` returns for the
+    same networks and arguments within float tolerance, drawing the same random numbers in the same order."""
+
+    @abc.abstractmethod
+    def fitness(
+        self,
+        real: torch.Tensor,
+        *,
+        generator: torch.Generator,
+        score: Sequence[Role] = ROLES,
+        memo: dict[nn.Module, Any] | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(g_loss[len(G), len(D)], d_loss[len(D), len(G)])``, as :meth:`Problem.fitness`."""
+
+
 @dataclass
 class Sampler:
     """A problem's ensemble as one module that needs only torch: ``module(*inputs)`` returns samples.
@@ -391,6 +409,14 @@ class Problem(Component[OptionsT]):
         """These individuals' training as one batched computation, or a one-line reason why it cannot
         be (then each individual trains on its own, through the steps above)."""
         return f"problem {self.name} trains one individual at a time"
+
+    def stacked_fitness(
+        self, generators: Sequence[nn.Module], discriminators: Sequence[nn.Module]
+    ) -> StackedFitness | str:
+        """All-vs-all fitness of these networks as one batched computation, or a one-line reason why it
+        cannot be (then :meth:`fitness` scores them). Deciding draws no random numbers: a decline leaves
+        the streams as :meth:`fitness` expects them."""
+        return f"problem {self.name} scores fitness pair by pair"
 
     @abc.abstractmethod
     def discriminator_logits(
@@ -706,6 +732,7 @@ __all__ = [
     "Sampler",
     "Selection",
     "SparsityController",
+    "StackedFitness",
     "StackedTraining",
     "Topology",
     "Transport",

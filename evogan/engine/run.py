@@ -228,7 +228,8 @@ class Driver:
         """Where the loop is and how long that may take (seconds); a runtime's watchdog listens."""
 
     def _probe_vectorize(self) -> None:
-        """Ask the problem whether it can stack these cells' networks; ``true`` where it cannot is an error."""
+        """Ask the problem whether it can stack these cells' networks for training (``true`` where it
+        cannot is an error) and for fitness (where it cannot, fitness is scored pair by pair)."""
         gens = [g for cell in self.cells for g in cell.generators]
         discs = [d for cell in self.cells for d in cell.discriminators]
         probe = self.settings.problem.stacked_training(gens, discs)
@@ -236,7 +237,19 @@ class Driver:
             if self.recipe.run.vectorize is True:
                 raise UserError(f"run.vectorize: true, but {probe}")
             self.vectorize, self.training_note = False, f"training: looped ({probe})"
+            return
         # A stack that trained nothing is dropped: it holds copies, the individuals are untouched.
+        cell = self.cells[0]
+        fitness = self.settings.problem.stacked_fitness(
+            [g.network for g in cell.neighbourhood("generator")],
+            [d.network for d in cell.neighbourhood("discriminator")],
+        )
+        if isinstance(fitness, str):
+            self.training_note += f"\nfitness: pair by pair ({fitness})"
+            return
+        self.training_note += "\nfitness: all-vs-all as one batched evaluation per cell"
+        for each in self.cells:
+            each.batched_fitness = True
 
     def step_cells(self, cells: Sequence[Cell]) -> None:
         """One generation of each of ``cells`` (least advanced first). With exchanges inside the
