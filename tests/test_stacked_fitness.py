@@ -178,5 +178,5 @@ def test_the_shared_input_chain_and_the_chunks_compute_each_rows_network(monkeyp
     assert plan is not None
     params, _ = stacked_state(networks)
     torch.testing.assert_close(run_plan_shared(plan, params, x), expected)
-    monkeypatch.setattr(stacked_fitness, "FITNESS_ELEMENTS", 4 * 6 * 3)  # three samples per chunk
+    monkeypatch.setitem(stacked_fitness.FITNESS_ELEMENTS, "cpu", 4 * 6 * 3)  # three samples per chunk
     torch.testing.assert_close(run_stacked(networks, x, 6), expected)

@@ -9,7 +9,8 @@ what the looped forward computes, rounded differently. Every row reads the same 
 copied per row: a chain of linear layers runs its first layer for all rows as one matrix product
 (the stacked weights side by side), the rest as ``baddbmm``; any other network runs under ``vmap`` with
 the input unbatched. Inputs are cut into chunks of samples (:data:`FITNESS_ELEMENTS`) so memory stays
-bounded. The losses are the loss's own calls on each pair's logits, in the looped path's order.
+bounded (and, on the CPU, in the cache). The losses are the loss's own calls on each pair's logits, in
+the looped path's order.
 """
 
 from __future__ import annotations
@@ -22,12 +23,16 @@ from torch import nn
 from torch.func import functional_call, vmap
 
 from evogan.api import ROLES, Role, StackedFitness
-from evogan.builtin.gan.stacked import Forward, Params, linear_plan, run_plan, signature
+from evogan.builtin.gan.stacked import Forward, Params, linear_plan, signature
 
 if TYPE_CHECKING:
     from evogan.builtin.gan.problem import GanProblem
 
-FITNESS_ELEMENTS = 1 << 23  # rows x samples x values per sample in one stacked forward (32 MB of float32)
+# Values (rows x samples x widest layer) per stacked forward. On the CPU large activations fall out of
+# the cache: the toy critic (2-128-128-1) on 5 x 5000 fakes took 2-2.5x the looped path's time in one
+# piece, 1.2-1.7x in pieces of 2^17-2^19 values; the MNIST pair wants larger pieces (2^19 and up: 0.9x
+# of the looped time, 2^17: 1.6x). On a GPU larger pieces keep the device busy.
+FITNESS_ELEMENTS = {"cpu": 1 << 19, "cuda": 1 << 25}
 
 
 def fitness_unstackable(role: str, networks: Sequence[nn.Module]) -> str:
@@ -51,20 +56,37 @@ def stacked_state(networks: Sequence[nn.Module]) -> tuple[Params, Params]:
     )
 
 
+# Per-sample modules that act on each value alone: applied to the stacked activations in any layout.
+ELEMENTWISE: tuple[type[nn.Module], ...] = (
+    nn.Identity, nn.Tanh, nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.Sigmoid, nn.ELU, nn.GELU, nn.SiLU, nn.Softplus,
+    nn.Hardtanh,
+)  # fmt: skip
+
+
 def run_plan_shared(plan: Sequence[tuple[nn.Module, str | None]], params: Params, x: torch.Tensor) -> torch.Tensor:
     """Every row's linear chain on the same input ``x`` (samples, ...): (rows, samples, ...). The first
-    linear layer of all rows is one product with the rows' weights side by side; then each row has its
-    own activations and the chain goes on as :func:`~evogan.builtin.gan.stacked.run_plan`."""
+    linear layer of all rows is one product with the rows' weights side by side; its result is read row
+    by row through a strided view (no copy), and the chain goes on as
+    :func:`~evogan.builtin.gan.stacked.run_plan` does."""
     rows = next(iter(params.values())).shape[0]
-    for k, (module, prefix) in enumerate(plan):
-        if prefix is None:  # per-sample, before any weights: the same for every row
-            x = module(x)
+    stacked = False
+    for module, prefix in plan:
+        if prefix is None:
+            if not stacked or isinstance(module, ELEMENTWISE):  # the same for every row / any layout
+                x = module(x)
+            else:
+                y = module(x.reshape(-1, *x.shape[2:]))
+                x = y.reshape(rows, y.shape[0] // rows, *y.shape[1:])
             continue
         weight, bias = params[f"{prefix}.weight"], params[f"{prefix}.bias"]
-        out = torch.addmm(bias.reshape(-1), x.reshape(-1, x.shape[-1]), weight.reshape(-1, weight.shape[-1]).t())
-        out = out.reshape(*x.shape[:-1], rows, weight.shape[1]).movedim(-2, 0)
-        return run_plan(plan[k + 1 :], params, out)
-    return x.expand(rows, *x.shape)
+        if stacked:
+            out = torch.baddbmm(bias.unsqueeze(1), x.reshape(rows, -1, x.shape[-1]), weight.transpose(1, 2))
+            x = out.reshape(*x.shape[:-1], out.shape[-1])
+        else:
+            out = torch.addmm(bias.reshape(-1), x.reshape(-1, x.shape[-1]), weight.reshape(-1, weight.shape[-1]).t())
+            x = out.view(*x.shape[:-1], rows, weight.shape[1]).movedim(-2, 0)
+            stacked = True
+    return x if stacked else x.expand(rows, *x.shape)
 
 
 def shared_forward(template: nn.Module, buffered: bool) -> Forward:
@@ -77,10 +99,13 @@ def shared_forward(template: nn.Module, buffered: bool) -> Forward:
 
 def run_stacked(networks: Sequence[nn.Module], x: torch.Tensor, values_per_sample: int) -> torch.Tensor:
     """Every network on ``x`` (samples, ...) at once, in chunks of samples: (networks, samples, ...).
-    ``values_per_sample``: the larger of a sample's input and output sizes, which bounds the chunks."""
+    ``values_per_sample``: the larger of a sample's input and output sizes; with the widest layer (a
+    parameter's leading size) it bounds the chunks."""
     params, buffers = stacked_state(networks)
     forward = shared_forward(networks[0], bool(buffers))
-    chunk = max(1, FITNESS_ELEMENTS // (len(networks) * max(1, values_per_sample)))
+    widest = max([values_per_sample, *(p.shape[1] for p in params.values() if p.dim() > 1)])
+    budget = FITNESS_ELEMENTS.get(x.device.type, FITNESS_ELEMENTS["cuda"])
+    chunk = max(1, budget // (len(networks) * widest))
     if x.shape[0] <= chunk:
         return forward(params, buffers, x)
     return torch.cat([forward(params, buffers, part) for part in x.split(chunk)], dim=1)
@@ -127,6 +152,7 @@ class StackedGanFitness(StackedFitness):
 
 
 __all__ = [
+    "ELEMENTWISE",
     "FITNESS_ELEMENTS",
     "StackedGanFitness",
     "fitness_unstackable",
