@@ -178,5 +178,24 @@ def test_the_shared_input_chain_and_the_chunks_compute_each_rows_network(monkeyp
     assert plan is not None
     params, _ = stacked_state(networks)
     torch.testing.assert_close(run_plan_shared(plan, params, x), expected)
-    monkeypatch.setitem(stacked_fitness.FITNESS_ELEMENTS, "cpu", 4 * 6 * 3)  # three samples per chunk
+    monkeypatch.setitem(stacked_fitness.FITNESS_SAMPLES, "cpu", 4 * 3)  # three samples per chunk
     torch.testing.assert_close(run_stacked(networks, x, 6), expected)
+
+
+def test_a_problem_that_declines_is_scored_pair_by_pair_with_the_reason_logged(tiny_recipe) -> None:
+    from test_run import metrics, run
+    from test_vectorized import LOOPED, VECTORISED, assert_close, log
+
+    problem = problem_of(tiny_recipe)
+    assert Problem.stacked_fitness(problem, [], []) == "problem gan scores fitness pair by pair"  # the default
+    path = tiny_recipe(seed=4, generations=2)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(GanProblem, "stacked_fitness", lambda self, *_: Problem.stacked_fitness(self, *_))
+        declined = run(path, VECTORISED)
+    assert "training: vectorised over the 4 cells of this process\n" in log(declined)
+    assert "fitness: pair by pair (problem gan scores fitness pair by pair)\n" in log(declined)
+    batched = run(path, VECTORISED)
+    assert metrics(batched) != metrics(declined)  # the batched evaluation was used: it rounds differently
+    for a, b in zip(metrics(declined), metrics(batched), strict=True):
+        assert_close(a, b)
+    assert "fitness:" not in log(run(path, LOOPED))

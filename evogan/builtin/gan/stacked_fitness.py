@@ -8,7 +8,7 @@ mode every layer acts on each sample alone (BatchNorm uses its running statistic
 what the looped forward computes, rounded differently. Every row reads the same input, so it is never
 copied per row: a chain of linear layers runs its first layer for all rows as one matrix product
 (the stacked weights side by side), the rest as ``baddbmm``; any other network runs under ``vmap`` with
-the input unbatched. Inputs are cut into chunks of samples (:data:`FITNESS_ELEMENTS`) so memory stays
+the input unbatched. Inputs are cut into chunks of samples (:data:`FITNESS_SAMPLES`) so memory stays
 bounded (and, on the CPU, in the cache). The losses are the loss's own calls on each pair's logits, in
 the looped path's order.
 """
@@ -28,11 +28,11 @@ from evogan.builtin.gan.stacked import Forward, Params, linear_plan, signature
 if TYPE_CHECKING:
     from evogan.builtin.gan.problem import GanProblem
 
-# Values (rows x samples x widest layer) per stacked forward. On the CPU large activations fall out of
-# the cache: the toy critic (2-128-128-1) on 5 x 5000 fakes took 2-2.5x the looped path's time in one
-# piece, 1.2-1.7x in pieces of 2^17-2^19 values; the MNIST pair wants larger pieces (2^19 and up: 0.9x
-# of the looped time, 2^17: 1.6x). On a GPU larger pieces keep the device busy.
-FITNESS_ELEMENTS = {"cpu": 1 << 19, "cuda": 1 << 25}
+# Rows x samples per stacked forward. On the CPU large activations fall out of the cache: the toy critic
+# (2-128-128-1) on 5 x 5000 fakes took 2-2.5x the looped path's time in one piece, 1.2-1.3x in pieces of
+# about 1,000 rows x samples, where the MNIST pair was at 0.9-1.0x; on a GPU large pieces keep it busy.
+FITNESS_SAMPLES = {"cpu": 1 << 10, "cuda": 1 << 16}
+FITNESS_ELEMENTS = 1 << 26  # and rows x samples x values per sample, which bounds memory on any device
 
 
 def fitness_unstackable(role: str, networks: Sequence[nn.Module]) -> str:
@@ -99,13 +99,11 @@ def shared_forward(template: nn.Module, buffered: bool) -> Forward:
 
 def run_stacked(networks: Sequence[nn.Module], x: torch.Tensor, values_per_sample: int) -> torch.Tensor:
     """Every network on ``x`` (samples, ...) at once, in chunks of samples: (networks, samples, ...).
-    ``values_per_sample``: the larger of a sample's input and output sizes; with the widest layer (a
-    parameter's leading size) it bounds the chunks."""
+    ``values_per_sample``: the larger of a sample's input and output sizes (memory per sample)."""
     params, buffers = stacked_state(networks)
     forward = shared_forward(networks[0], bool(buffers))
-    widest = max([values_per_sample, *(p.shape[1] for p in params.values() if p.dim() > 1)])
-    budget = FITNESS_ELEMENTS.get(x.device.type, FITNESS_ELEMENTS["cuda"])
-    chunk = max(1, budget // (len(networks) * widest))
+    samples = FITNESS_SAMPLES.get(x.device.type, FITNESS_SAMPLES["cuda"])
+    chunk = max(1, min(samples, FITNESS_ELEMENTS // max(1, values_per_sample)) // len(networks))
     if x.shape[0] <= chunk:
         return forward(params, buffers, x)
     return torch.cat([forward(params, buffers, part) for part in x.split(chunk)], dim=1)
@@ -154,6 +152,7 @@ class StackedGanFitness(StackedFitness):
 __all__ = [
     "ELEMENTWISE",
     "FITNESS_ELEMENTS",
+    "FITNESS_SAMPLES",
     "StackedGanFitness",
     "fitness_unstackable",
     "run_plan_shared",
