@@ -5,8 +5,8 @@ Each configuration runs a 1x1, 2x2, 3x3 or 4x4 torus in this process; throughput
 cell-generations after the warm-up generation against the sum of their phase times (``timings.jsonl``:
 fitness, selection, training, replacement, mixture, exchange), so process start-up and the final
 scoring stay out. Rounds interleave looped and vectorised runs, so other people's load hits both alike;
-the table gives medians over rounds and the speed-up (vectorised / looped). Fitness is timed on its own
-too: the fitness and replacement phases (the all-vs-all evaluations before and after training), in ms per
+the table gives medians over rounds and the speed-up (vectorised / looped). A second table times fitness:
+the fitness and replacement phases (the all-vs-all evaluations before and after training), in ms per
 cell-generation, looped and vectorised; ``--pairwise-fitness`` adds a third variant, vectorised training
 with fitness scored pair by pair (the problem's ``stacked_fitness`` declined in this process), to show
 what the batched evaluation itself gains.
@@ -16,8 +16,8 @@ launch-bound) and ``mnist`` (the paper's MNIST MLPs on the demo digits, batch 10
 
     nice -n 5 .venv/bin/python benchmarks/vectorized.py                        # toy, CPU, threads 1 and 2
     nice -n 5 .venv/bin/python benchmarks/vectorized.py --workload mnist --batches 30 --threads 1
-    nice -n 15 .venv/bin/python benchmarks/vectorized.py --cells 4 9 --threads 1 --pairwise-fitness
     .venv/bin/python benchmarks/vectorized.py --device cuda --workload mnist --cells 1 4 9 16 --threads 0
+    nice -n 15 .venv/bin/python benchmarks/vectorized.py --cells 4 9 --threads 1 --pairwise-fitness
 """
 
 from __future__ import annotations
@@ -40,7 +40,6 @@ ROOT = Path(__file__).resolve().parents[1]
 PHASES = ("fitness", "selection", "training", "replacement", "mixture", "exchange")
 FITNESS = ("fitness", "replacement")  # the all-vs-all evaluations before and after training
 KEYS = ("per_s", "training_per_s", "fitness_ms")
-VARIANTS = ("looped", "vectorised", "pairwise")  # pairwise: vectorised training, fitness pair by pair
 SIDES = {1: 1, 4: 2, 9: 3, 16: 4}
 WORKLOADS = {
     "toy": (
@@ -59,21 +58,19 @@ WORKLOADS = {
 
 
 @contextmanager
-def pairwise_fitness(on: bool) -> Iterator[None]:
-    """The GAN problem declines batched fitness while ``on`` (this process only)."""
+def pairwise_fitness() -> Iterator[None]:
+    """The GAN problem declines batched fitness inside (this process only)."""
     from evogan.builtin.gan.problem import GanProblem
 
     original = GanProblem.stacked_fitness
-    if on:
-        GanProblem.stacked_fitness = lambda *_: "benchmark: fitness pair by pair"  # type: ignore[method-assign]
+    GanProblem.stacked_fitness = lambda *_: "benchmark: fitness pair by pair"  # type: ignore[method-assign]
     try:
         yield
     finally:
         GanProblem.stacked_fitness = original  # type: ignore[method-assign]
 
 
-def measure(cells: int, variant: str, threads: int, args: argparse.Namespace, output: Path) -> dict[str, Any]:
-    vectorize = variant != "looped"
+def measure(cells: int, vectorize: bool, threads: int, args: argparse.Namespace, output: Path) -> dict[str, Any]:
     recipe, extra = WORKLOADS[args.workload]
     side = SIDES[cells]
     overrides = [
@@ -92,14 +89,13 @@ def measure(cells: int, variant: str, threads: int, args: argparse.Namespace, ou
         'pairing={use="g_neighbourhood"}',
         f"problem.batches_per_generation={args.batches}",
     ]
-    with pairwise_fitness(variant == "pairwise"):
-        _, _, run_dir = run_recipe(recipe, overrides)
+    _, _, run_dir = run_recipe(recipe, overrides)
     kept = [r for r in timings(run_dir) if r["generation"] > 1]
     seconds = sum(r.get(p, 0.0) for r in kept for p in PHASES)
     training = sum(r["training"] for r in kept)
     fitness = sum(r[p] for r in kept for p in FITNESS)
-    return {"per_s": len(kept) / seconds, "training_per_s": len(kept) / training,
-            "fitness_ms": 1e3 * fitness / len(kept)}
+    per_s, training_per_s = len(kept) / seconds, len(kept) / training
+    return {"per_s": per_s, "training_per_s": training_per_s, "fitness_ms": 1e3 * fitness / len(kept)}
 
 
 def main() -> None:
@@ -110,49 +106,67 @@ def main() -> None:
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--generations", type=int, default=3, help="per run; the first is dropped")
     parser.add_argument("--batches", type=int, default=50, help="training batches per generation")
-    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--pairwise-fitness", action="store_true", help="also vectorised, fitness pair by pair")
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     output = Path(tempfile.mkdtemp(prefix="evogan-vectorized-"))
-    variants = VARIANTS if args.pairwise_fitness else VARIANTS[:2]
     print(f"workload {args.workload}, device {args.device}, {args.batches} batches per generation, "
-          f"{args.rounds} interleaved rounds (medians); fitness: ms per cell-generation (fitness + replacement "
-          f"phases), {' / '.join(variants)}")
-    print("| cells | threads | looped cell-gen/s | vectorised cell-gen/s | speed-up | training only: speed-up "
-          "| fitness ms | fitness speed-up | load |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          f"{args.rounds} interleaved rounds (medians)")
+    print("| cells | threads | looped cell-gen/s | vectorised cell-gen/s | speed-up | training only: speed-up | load |")
+    print("|---|---|---|---|---|---|---|")
     results = []
     for threads in args.threads:
         for cells in args.cells:
             load = os.getloadavg()[0]
-            rounds: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
+            rounds: dict[bool, list[dict[str, Any]]] = {False: [], True: []}
+            pairwise: list[dict[str, Any]] = []
             for _ in range(args.rounds):
-                for variant in variants:
-                    rounds[variant].append(measure(cells, variant, threads, args, output))
-            medians = {
-                v: {key: statistics.median(r[key] for r in rounds[v]) for key in KEYS} for v in variants
-            }
-            looped, vectorised = medians["looped"], medians["vectorised"]
+                for vectorize in (False, True):
+                    rounds[vectorize].append(measure(cells, vectorize, threads, args, output))
+                if args.pairwise_fitness:
+                    with pairwise_fitness():
+                        pairwise.append(measure(cells, True, threads, args, output))
+            looped, vectorised = (
+                {key: statistics.median(r[key] for r in rounds[v]) for key in KEYS}
+                for v in (False, True)
+            )
             row = {
                 "cells": cells, "threads": threads, "device": args.device, "workload": args.workload,
-                **medians, "rounds": rounds,
+                "looped": looped, "vectorised": vectorised, "rounds": {str(k): v for k, v in rounds.items()},
                 "speedup": vectorised["per_s"] / looped["per_s"],
                 "training_speedup": vectorised["training_per_s"] / looped["training_per_s"],
-                "fitness_speedup": looped["fitness_ms"] / vectorised["fitness_ms"],
+                "pairwise": {key: statistics.median(r[key] for r in pairwise) for key in KEYS} if pairwise else None,
+                "pairwise_rounds": pairwise,
                 "load_1min": [load, os.getloadavg()[0]],
             }  # fmt: skip
             results.append(row)
-            fitness = " / ".join(f"{medians[v]['fitness_ms']:.1f}" for v in variants)
             print(
                 f"| {cells} | {threads} | {looped['per_s']:.2f} | {vectorised['per_s']:.2f} | {row['speedup']:.2f} "
-                f"| {row['training_speedup']:.2f} | {fitness} | {row['fitness_speedup']:.2f} "
-                f"| {load:.1f}-{row['load_1min'][1]:.1f} |",
+                f"| {row['training_speedup']:.2f} | {load:.1f}-{row['load_1min'][1]:.1f} |",
                 flush=True,
             )
             if args.json:
                 args.json.write_text(json.dumps(results, indent=1))
+    print_fitness(results)
 
+
+def print_fitness(results: list[dict[str, Any]]) -> None:
+    """The fitness and replacement phases, ms per cell-generation (medians), and the whole
+    cell-generation with vectorised training but fitness pair by pair, where measured."""
+    print("\nfitness + replacement phases, ms per cell-generation")
+    print("| cells | threads | looped | vectorised | vectorised, fitness pair by pair | fitness speed-up "
+          "| cell-gen/s, fitness pair by pair |")
+    print("|---|---|---|---|---|---|---|")
+    for row in results:
+        looped, vectorised, pairwise = row["looped"], row["vectorised"], row["pairwise"]
+        speedup = looped["fitness_ms"] / vectorised["fitness_ms"]
+        alone = f"{pairwise['fitness_ms']:.1f}" if pairwise else "-"
+        whole = f"{pairwise['per_s']:.2f}" if pairwise else "-"
+        print(
+            f"| {row['cells']} | {row['threads']} | {looped['fitness_ms']:.1f} | {vectorised['fitness_ms']:.1f} "
+            f"| {alone} | {speedup:.2f} | {whole} |"
+        )
 
 if __name__ == "__main__":
     main()

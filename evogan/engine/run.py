@@ -167,6 +167,8 @@ class Driver:
                 cell.initialise()
         if self.vectorize:
             self._probe_vectorize()
+        if self.vectorize:  # still: the problem may have declined the training
+            self._probe_fitness()
         self._unnoted = {cell.index for cell in self.cells}  # the training note leads each cell's log
         start = min(resume_at.values()) if resume_at else 0
         self.info = RunInfo(
@@ -228,8 +230,7 @@ class Driver:
         """Where the loop is and how long that may take (seconds); a runtime's watchdog listens."""
 
     def _probe_vectorize(self) -> None:
-        """Ask the problem whether it can stack these cells' networks for training (``true`` where it
-        cannot is an error) and for fitness (where it cannot, fitness is scored pair by pair)."""
+        """Ask the problem whether it can stack these cells' networks; ``true`` where it cannot is an error."""
         gens = [g for cell in self.cells for g in cell.generators]
         discs = [d for cell in self.cells for d in cell.discriminators]
         probe = self.settings.problem.stacked_training(gens, discs)
@@ -237,8 +238,11 @@ class Driver:
             if self.recipe.run.vectorize is True:
                 raise UserError(f"run.vectorize: true, but {probe}")
             self.vectorize, self.training_note = False, f"training: looped ({probe})"
-            return
         # A stack that trained nothing is dropped: it holds copies, the individuals are untouched.
+
+    def _probe_fitness(self) -> None:
+        """Vectorised cells score fitness as one batched evaluation each where the problem can; the
+        training note's second line says which (the probe builds nothing and draws nothing)."""
         cell = self.cells[0]
         fitness = self.settings.problem.stacked_fitness(
             [g.network for g in cell.neighbourhood("generator")],

@@ -8,12 +8,6 @@ Step by step, this loop asks every cell's pairing and mutation in the order the 
 the whole step to the problem's :class:`~evogan.api.StackedTraining`. Same seed, same records run to run;
 against the looped path the records agree within float tolerance (batched products round differently).
 
-Their fitness evaluations are batched as well, cell by cell (:meth:`Cell.evaluate
-<evogan.engine.cell.Cell.evaluate>` with ``batched_fitness`` set, through :meth:`Problem.stacked_fitness
-<evogan.api.Problem.stacked_fitness>`): within a cell every network reads the same input (the same noise,
-the same fakes, the same real batch), so one stacked forward per role needs no copy of it per row, while
-across cells the inputs differ.
-
 What is not vectorised trains through the looped path, with the reason logged: sparse cells (their
 controllers act between steps), exchanges inside a generation, and whatever the problem declines
 (:meth:`Problem.stacked_training <evogan.api.Problem.stacked_training>`: e.g. dropout, a random loss).

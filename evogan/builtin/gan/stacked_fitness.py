@@ -8,9 +8,18 @@ mode every layer acts on each sample alone (BatchNorm uses its running statistic
 what the looped forward computes, rounded differently. Every row reads the same input, so it is never
 copied per row: a chain of linear layers runs its first layer for all rows as one matrix product
 (the stacked weights side by side), the rest as ``baddbmm``; any other network runs under ``vmap`` with
-the input unbatched. Inputs are cut into chunks of samples (:data:`FITNESS_SAMPLES`) so memory stays
-bounded (and, on the CPU, in the cache). The losses are the loss's own calls on each pair's logits, in
-the looped path's order.
+the input unbatched. On the CPU (:data:`STACK_ROWS`) each network instead runs once on the whole shared
+input, all fakes at once: there the stacked rows are slower than the looped products, which are already
+bound by arithmetic and memory. Inputs are cut into chunks of samples (:data:`FITNESS_SAMPLES`) so memory
+stays bounded (and, on the CPU, in the cache). The losses are the loss's own calls on each pair's
+logits, in the looped path's order.
+
+One evaluation is batched at a time (a cell's :meth:`~evogan.engine.cell.Cell.evaluate`), not the
+evaluations of all cells a process drives: within one every network reads the same input (the same
+noise, fakes, real batch), so no row needs a copy of it, while across cells the inputs differ and each
+critic row would need its own copy of its cell's fakes (the MNIST pair, 9 cells of 5 neighbours, 500
+samples: about 350 MB per evaluation). Sparse individuals need nothing here: their masks are already in
+their weights.
 """
 
 from __future__ import annotations
@@ -28,9 +37,15 @@ from evogan.builtin.gan.stacked import Forward, Params, linear_plan, signature
 if TYPE_CHECKING:
     from evogan.builtin.gan.problem import GanProblem
 
-# Rows x samples per stacked forward. On the CPU large activations fall out of the cache: the toy critic
-# (2-128-128-1) on 5 x 5000 fakes took 2-2.5x the looped path's time in one piece, 1.2-1.3x in pieces of
-# about 1,000 rows x samples, where the MNIST pair was at 0.9-1.0x; on a GPU large pieces keep it busy.
+# Whether a device runs the networks' stacked rows as one forward. On the CPU it does not: there the looped
+# path's products are already bound by arithmetic and memory, and the stacked rows (batched products on
+# a strided view, larger activations) measured 1.15-1.3x its time for the toy critic (2-128-128-1 on 5 x
+# 5000 fakes) and 0.9-1.2x for the MNIST pair, 0.77-0.86x over a cell-generation's evaluations; each
+# network's one forward on all fakes at once is at parity. On a GPU one stacked forward replaces many small
+# launches.
+STACK_ROWS = {"cpu": False}
+# Rows x samples per forward: on the CPU, activations that stay in the cache; on a GPU, pieces that
+# keep it busy.
 FITNESS_SAMPLES = {"cpu": 1 << 10, "cuda": 1 << 16}
 FITNESS_ELEMENTS = 1 << 26  # and rows x samples x values per sample, which bounds memory on any device
 
@@ -98,11 +113,15 @@ def shared_forward(template: nn.Module, buffered: bool) -> Forward:
 
 
 def run_stacked(networks: Sequence[nn.Module], x: torch.Tensor, values_per_sample: int) -> torch.Tensor:
-    """Every network on ``x`` (samples, ...) at once, in chunks of samples: (networks, samples, ...).
+    """Every network on ``x`` (samples, ...), in chunks of samples: (networks, samples, ...); as one
+    stacked forward where :data:`STACK_ROWS` says so, else network by network, each on all of ``x``.
     ``values_per_sample``: the larger of a sample's input and output sizes (memory per sample)."""
+    samples = FITNESS_SAMPLES.get(x.device.type, FITNESS_SAMPLES["cuda"])
+    if not STACK_ROWS.get(x.device.type, True):
+        chunk = max(1, min(samples, FITNESS_ELEMENTS // max(1, values_per_sample)))
+        return torch.stack([torch.cat([network(part) for part in x.split(chunk)]) for network in networks])
     params, buffers = stacked_state(networks)
     forward = shared_forward(networks[0], bool(buffers))
-    samples = FITNESS_SAMPLES.get(x.device.type, FITNESS_SAMPLES["cuda"])
     chunk = max(1, min(samples, FITNESS_ELEMENTS // max(1, values_per_sample)) // len(networks))
     if x.shape[0] <= chunk:
         return forward(params, buffers, x)
@@ -153,6 +172,7 @@ __all__ = [
     "ELEMENTWISE",
     "FITNESS_ELEMENTS",
     "FITNESS_SAMPLES",
+    "STACK_ROWS",
     "StackedGanFitness",
     "fitness_unstackable",
     "run_plan_shared",
