@@ -36,10 +36,10 @@ def rows(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str
     return str(request.param)
 
 
-def problem_of(tiny_recipe, *overrides: str) -> GanProblem:  # type: ignore[no-untyped-def]
+def problem_of(tiny_recipe, *overrides: str, device: str = "cpu") -> GanProblem:  # type: ignore[no-untyped-def]
     registries = Registries.from_plugin_manager(make_plugin_manager())
     recipe = load(tiny_recipe(), registries, overrides)
-    problem = build_settings(recipe, registries, None, torch.device("cpu"), scoring=False).problem
+    problem = build_settings(recipe, registries, None, torch.device(device), scoring=False).problem
     assert isinstance(problem, GanProblem)
     return problem
 
@@ -125,6 +125,21 @@ def test_batched_fitness_equals_the_looped_matrices_for_conv_pairs(tiny_recipe, 
     looped, batched = both(problem, gens, discs, real)
     assert_matrices_close(looped, batched)
     assert [network.training for network in (*gens, *discs)] == modes  # modes restored
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", ["toy-mlp", "mnist-mlp", "conv32", "sngan32"])
+def test_batched_fitness_equals_the_looped_matrices_on_cuda(tiny_recipe, tmp_path: Path, case: str, rows: str) -> None:
+    """On CUDA the rows run stacked (baddbmm chains, vmap for the conv pairs) whatever ``rows`` says."""
+    if rows == "stacked-rows":
+        pytest.skip("STACK_ROWS only changes the CPU's way")
+    overrides = CASES[case] if case in CASES else images(tmp_path, f'use="{case}", ngf=4, ndf=4, latent_size=8')
+    problem = problem_of(tiny_recipe, *overrides, "problem.fitness_samples=24", device="cuda")
+    gens, discs = population(problem, "generator", 4, 0), population(problem, "discriminator", 3, 50)
+    disturb_running_statistics([*gens, *discs], 5)
+    real = problem.fitness_batch(generator=torch.Generator().manual_seed(1))
+    assert real.device.type == "cuda"
+    assert_matrices_close(*both(problem, gens, discs, real))
 
 
 def test_score_subsets_and_the_memo_behave_as_in_the_looped_path(tiny_recipe) -> None:
