@@ -209,6 +209,8 @@ def test_the_shared_input_chain_and_the_chunks_compute_each_rows_network(monkeyp
 
 
 def test_a_problem_that_declines_is_scored_pair_by_pair_with_the_reason_logged(tiny_recipe) -> None:
+    """A vectorised run asks for batched fitness in every evaluation; its records agree with pair-by-pair
+    fitness within the tolerance and are identical run to run."""
     from test_run import metrics, run
     from test_vectorized import LOOPED, VECTORISED, assert_close, log
 
@@ -226,6 +228,7 @@ def test_a_problem_that_declines_is_scored_pair_by_pair_with_the_reason_logged(t
         patch.setattr(StackedGanFitness, "fitness", lambda self, *a, **k: calls.append(1) or original(self, *a, **k))
         batched = run(path, VECTORISED)
     assert len(calls) == 4 * 2 * 3  # each cell, each generation: before training and the two re-evaluations
+    assert (run(path, VECTORISED) / "metrics.jsonl").read_bytes() == (batched / "metrics.jsonl").read_bytes()
     for a, b in zip(metrics(declined), metrics(batched), strict=True):
         assert_close(a, b)
     assert "fitness:" not in log(run(path, LOOPED))
