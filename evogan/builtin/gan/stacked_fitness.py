@@ -39,11 +39,10 @@ if TYPE_CHECKING:
     from evogan.builtin.gan.problem import GanProblem
 
 # Whether a device runs the networks' stacked rows as one forward. On the CPU it does not: there the looped
-# path's products are already bound by arithmetic and memory, and the stacked rows (batched products on
-# a strided view, larger activations) measured 1.15-1.3x its time for the toy critic (2-128-128-1 on 5 x
-# 5000 fakes) and 0.9-1.2x for the MNIST pair, 0.77-0.86x over a cell-generation's evaluations; each
-# network's one forward on all fakes at once is at parity. On a GPU one stacked forward replaces many small
-# launches.
+# path's products are already bound by arithmetic and memory, and the stacked rows (batched products on a
+# strided view, larger activations) took 1.02-1.68x its time for the toy and MNIST pairs at 5 x 5 and
+# 13 x 13 (benchmarks/fitness.py), each network once on all fakes 0.89-1.10x (once 1.41x). On a GPU one stacked
+# forward replaces many small launches.
 STACK_ROWS = {"cpu": False}
 # Rows x samples per forward: on the CPU, activations that stay in the cache; on a GPU, pieces that
 # keep it busy.
