@@ -285,6 +285,24 @@ class StackedTraining(abc.ABC):
         """Write the weights and optimizer state back into the individuals."""
 
 
+class StackedFitness(abc.ABC):
+    """A problem's all-vs-all fitness of given generators and discriminators as one batched computation
+    (vectorised cells: :mod:`evogan.engine.vectorized`). Made per evaluation by
+    :meth:`Problem.stacked_fitness`; :meth:`fitness` returns what :meth:`Problem.fitness` returns for the
+    same networks and arguments within float tolerance, drawing the same random numbers in the same order."""
+
+    @abc.abstractmethod
+    def fitness(
+        self,
+        real: torch.Tensor,
+        *,
+        generator: torch.Generator,
+        score: Sequence[Role] = ROLES,
+        memo: dict[nn.Module, Any] | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(g_loss[len(G), len(D)], d_loss[len(D), len(G)])``, as :meth:`Problem.fitness`."""
+
+
 @dataclass
 class Sampler:
     """A problem's ensemble as one module that needs only torch: ``module(*inputs)`` returns samples.
@@ -402,6 +420,14 @@ class Problem(Component[OptionsT]):
         be (then each individual trains on its own, through the steps above). ``hooks``: a sparsity
         controller acts on each individual after every step (see :class:`StackedTraining`)."""
         return f"problem {self.name} trains one individual at a time"
+
+    def stacked_fitness(
+        self, generators: Sequence[nn.Module], discriminators: Sequence[nn.Module]
+    ) -> StackedFitness | str:
+        """All-vs-all fitness of these networks as one batched computation, or a one-line reason why it
+        cannot be (then :meth:`fitness` scores them). Deciding draws no random numbers: a decline leaves
+        the streams as :meth:`fitness` expects them."""
+        return f"problem {self.name} scores fitness pair by pair"
 
     @abc.abstractmethod
     def discriminator_logits(
@@ -717,6 +743,7 @@ __all__ = [
     "Sampler",
     "Selection",
     "SparsityController",
+    "StackedFitness",
     "StackedTraining",
     "Topology",
     "Transport",

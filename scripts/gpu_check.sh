@@ -17,7 +17,7 @@ print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, {torch.cuda.device
 PY
 date -u
 echo "== gpu-marked tests"
-timeout 300 "$PYTHON" -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu.py
+timeout 300 "$PYTHON" -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu.py tests/test_stacked_fitness.py
 echo "== vectorised cells on cuda: toy (2-D ring, 64-128-128 MLPs), 50 batches per generation"
 timeout 150 "$PYTHON" benchmarks/vectorized.py --device cuda --workload toy --threads 0 --rounds 1 \
     --cells 1 4 9 16 --generations 2 --batches 50

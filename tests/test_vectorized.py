@@ -35,6 +35,7 @@ from evogan.runtime.single import prepare, run_in_process
 
 TOLERANCE = 1e-4  # relative, on every number of a record (losses, learning rates, mixture weights)
 VECTORISED, LOOPED = "run.vectorize=true", "run.vectorize=false"
+BATCHED = "fitness: all-vs-all as one batched evaluation per cell"
 
 
 def assert_close(left: Any, right: Any, path: str = "") -> None:
@@ -67,7 +68,8 @@ def test_vectorised_records_match_the_looped_ones(tiny_recipe, options: tuple[st
     looped = run(path, LOOPED, *options)
     vectorised = run(path, VECTORISED, *options)
     assert "training: vectorised over the 4 cells" in log(vectorised)
-    assert "training: looped (run.vectorize = false)" in log(looped)
+    assert f"{BATCHED}\n" in log(vectorised)
+    assert "training: looped (run.vectorize = false)" in log(looped) and "fitness:" not in log(looped)
     left, right = metrics(looped), metrics(vectorised)
     assert len(left) == len(right) == 12
     for a, b in zip(left, right, strict=True):
@@ -301,7 +303,7 @@ def check_conv32_stacked(tiny_recipe, tmp_path: Path, *device: str) -> None:  # 
         looped = run(path, LOOPED, *options)
         vectorised = run(path, VECTORISED, *options)
         again = run(path, VECTORISED, *options)
-    assert "training: vectorised over the 2 cells" in log(vectorised)
+    assert "training: vectorised over the 2 cells" in log(vectorised) and BATCHED in log(vectorised)
     for a, b in zip(metrics(looped), metrics(vectorised), strict=True):
         assert_close(a, b)
     assert_same_statistics(looped, vectorised, cells=2, generations=2)

@@ -133,6 +133,8 @@ class Cell:
         self.between_batches: Callable[[int], None] | None = None
         self._training: dict[Role, list[Individual]] | None = None  # the individuals being trained now
         self._memo: dict[torch.nn.Module, Any] = {}  # this generation's per-network fitness outputs
+        # vectorised cells: all-vs-all fitness through the problem's stacked_fitness where it can
+        self.batched_fitness = False
 
     # -------------------------------------------------------------------------------- creation
     @property
@@ -269,15 +271,14 @@ class Cell:
         score: Sequence[Role] = ROLES,
     ) -> None:
         """All-vs-all: each generator against every discriminator and vice versa. Only the roles in
-        ``score`` get new fitness values; the others serve as opponents."""
-        g_loss, d_loss = self.problem.fitness(
-            [g.network for g in gens],
-            [d.network for d in discs],
-            real,
-            generator=rnd.torch,
-            score=score,
-            memo=self._memo,
-        )
+        ``score`` get new fitness values; the others serve as opponents. With :attr:`batched_fitness` as
+        one batched computation where the problem can (else, as always, pair by pair)."""
+        networks = ([g.network for g in gens], [d.network for d in discs])
+        stacked = self.problem.stacked_fitness(*networks) if self.batched_fitness else None
+        if stacked is None or isinstance(stacked, str):  # a decline draws nothing: the looped path's streams
+            g_loss, d_loss = self.problem.fitness(*networks, real, generator=rnd.torch, score=score, memo=self._memo)
+        else:
+            g_loss, d_loss = stacked.fitness(real, generator=rnd.torch, score=score, memo=self._memo)
         if "generator" in score:
             for individual, value in zip(gens, self._aggregate(g_loss).tolist(), strict=True):
                 individual.fitness.values = (value,)

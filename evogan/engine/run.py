@@ -167,6 +167,8 @@ class Driver:
                 cell.initialise()
         if self.vectorize:
             self._probe_vectorize()
+        if self.vectorize:  # still: the problem may have declined the training
+            self._probe_fitness()
         self._unnoted = {cell.index for cell in self.cells}  # the training note leads each cell's log
         start = min(resume_at.values()) if resume_at else 0
         self.info = RunInfo(
@@ -238,6 +240,21 @@ class Driver:
             self.vectorize, self.training_note = False, f"training: looped ({probe})"
         else:  # it trained nothing: closing gives the individuals their own tensors back, unchanged
             probe.close()
+
+    def _probe_fitness(self) -> None:
+        """Vectorised cells score fitness as one batched evaluation each where the problem can; the
+        training note's second line says which (the probe builds nothing and draws nothing)."""
+        cell = self.cells[0]
+        fitness = self.settings.problem.stacked_fitness(
+            [g.network for g in cell.neighbourhood("generator")],
+            [d.network for d in cell.neighbourhood("discriminator")],
+        )
+        if isinstance(fitness, str):
+            self.training_note += f"\nfitness: pair by pair ({fitness})"
+            return
+        self.training_note += "\nfitness: all-vs-all as one batched evaluation per cell"
+        for each in self.cells:
+            each.batched_fitness = True
 
     def step_cells(self, cells: Sequence[Cell]) -> None:
         """One generation of each of ``cells`` (least advanced first). With exchanges inside the

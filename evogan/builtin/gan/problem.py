@@ -27,6 +27,7 @@ from evogan.api import (
     ProblemContext,
     Role,
     Sampler,
+    StackedFitness,
     StackedTraining,
 )
 from evogan.builtin.gan.schedule import CriticSchedule
@@ -368,6 +369,17 @@ class GanProblem(Problem[GanOptions]):
             if reason:
                 return reason
         return StackedGan(self, generators, discriminators, hooks=hooks)
+
+    def stacked_fitness(
+        self, generators: Sequence[nn.Module], discriminators: Sequence[nn.Module]
+    ) -> StackedFitness | str:
+        from evogan.builtin.gan.stacked_fitness import StackedGanFitness, fitness_unstackable
+
+        for role, networks in (("generator", generators), ("discriminator", discriminators)):
+            reason = fitness_unstackable(role, networks)
+            if reason:
+                return reason
+        return StackedGanFitness(self, generators, discriminators)
 
     def discriminator_logits(
         self, discriminator: nn.Module, generator_net: nn.Module, z: torch.Tensor, real: torch.Tensor

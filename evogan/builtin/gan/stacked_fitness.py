@@ -1,0 +1,195 @@
+"""The GAN problem's all-vs-all fitness as one batched computation (vectorised cells).
+
+The looped path (:meth:`GanProblem.fitness <evogan.builtin.gan.problem.GanProblem.fitness>`) runs one
+discriminator forward per (generator, discriminator) pair. Here the generators' parameters are stacked
+and run once on the shared noise, and the discriminators' parameters are stacked and run once on all the
+generators' fakes together (and once on the real batch, for those whose logits are not memoised). In eval
+mode every layer acts on each sample alone (BatchNorm uses its running statistics), so each row computes
+what the looped forward computes, rounded differently. Every row reads the same input, so it is never
+copied per row: a chain of linear layers runs its first layer for all rows as one matrix product
+(the stacked weights side by side), the rest as ``baddbmm``; any other network runs under ``vmap`` with
+the input unbatched. On the CPU (:data:`STACK_ROWS`) each network instead runs once on the whole shared
+input, all fakes at once: there the stacked rows are slower than the looped products, which are already
+bound by arithmetic and memory. Inputs are cut into chunks of samples (:data:`FITNESS_SAMPLES`) so memory
+stays bounded (and, on the CPU, in the cache). The losses are the loss's own calls on each pair's
+logits, in the looped path's order.
+
+One evaluation is batched at a time (a cell's :meth:`~evogan.engine.cell.Cell.evaluate`), not the
+evaluations of all cells a process drives: within one every network reads the same input (the same
+noise, fakes, real batch), so no row needs a copy of it, while across cells the inputs differ and each
+critic row would need its own copy of its cell's fakes (the MNIST pair, 9 cells of 5 neighbours, 500
+samples: about 350 MB per evaluation). Sparse individuals need nothing here: their masks are already in
+their weights.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+from torch.func import functional_call, vmap
+
+from evogan.api import ROLES, Role, StackedFitness
+from evogan.builtin.gan.stacked import Forward, Params, linear_plan, signature
+
+if TYPE_CHECKING:
+    from evogan.builtin.gan.problem import GanProblem
+
+# Whether a device runs the networks' stacked rows as one forward. On the CPU it does not: there the looped
+# path's products are already bound by arithmetic and memory, and the stacked rows (batched products on a
+# strided view, larger activations) took 1.02-1.68x its time for the toy and MNIST pairs at 5 x 5 and
+# 13 x 13 (benchmarks/fitness.py), each network once on all fakes 0.89-1.10x (once 1.41x). On a GPU one stacked
+# forward replaces many small launches.
+STACK_ROWS = {"cpu": False}
+# Rows x samples per forward: on the CPU, activations that stay in the cache; on a GPU, pieces that
+# keep it busy.
+FITNESS_SAMPLES = {"cpu": 1 << 10, "cuda": 1 << 16}
+FITNESS_ELEMENTS = 1 << 26  # and rows x samples x values per sample, which bounds memory on any device
+
+
+_signatures: weakref.WeakKeyDictionary[nn.Module, tuple[object, ...]] = weakref.WeakKeyDictionary()
+
+
+def architecture(network: nn.Module) -> tuple[object, ...]:
+    """:func:`~evogan.builtin.gan.stacked.signature`, once per network: a network keeps its architecture,
+    and each evaluation asks again (computing it took about a tenth of a toy evaluation's time)."""
+    found = _signatures.get(network)
+    if found is None:
+        found = _signatures[network] = signature(network)
+    return found
+
+
+def fitness_unstackable(role: str, networks: Sequence[nn.Module]) -> str:
+    """Why these networks cannot be evaluated as one stack ('' when they can). Eval mode has no random
+    draws (dropout is off) and updates no buffers, so any architecture stacks if all networks share it."""
+    if not networks:
+        return f"no {role} networks to stack"
+    shape = architecture(networks[0])
+    if any(architecture(other) != shape for other in networks[1:]):
+        return f"the {role} networks differ in architecture"
+    return ""
+
+
+def stacked_state(networks: Sequence[nn.Module]) -> tuple[Params, Params]:
+    """The networks' parameters and buffers, each name's tensors stacked along a new first dimension."""
+    named = [dict(network.named_parameters()) for network in networks]
+    buffers = [dict(network.named_buffers()) for network in networks]
+    return (
+        {name: torch.stack([n[name].detach() for n in named]) for name in named[0]},
+        {name: torch.stack([b[name] for b in buffers]) for name in buffers[0]},
+    )
+
+
+# Per-sample modules that act on each value alone: applied to the stacked activations in any layout.
+ELEMENTWISE: tuple[type[nn.Module], ...] = (
+    nn.Identity, nn.Tanh, nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.Sigmoid, nn.ELU, nn.GELU, nn.SiLU, nn.Softplus,
+    nn.Hardtanh,
+)  # fmt: skip
+
+
+def run_plan_shared(plan: Sequence[tuple[nn.Module, str | None]], params: Params, x: torch.Tensor) -> torch.Tensor:
+    """Every row's linear chain on the same input ``x`` (samples, ...): (rows, samples, ...). The first
+    linear layer of all rows is one product with the rows' weights side by side; its result is read row
+    by row through a strided view (no copy), and the chain goes on as
+    :func:`~evogan.builtin.gan.stacked.run_plan` does."""
+    rows = next(iter(params.values())).shape[0]
+    stacked = False
+    for module, prefix in plan:
+        if prefix is None:
+            if not stacked or isinstance(module, ELEMENTWISE):  # the same for every row / any layout
+                x = module(x)
+            else:
+                y = module(x.reshape(-1, *x.shape[2:]))
+                x = y.reshape(rows, y.shape[0] // rows, *y.shape[1:])
+            continue
+        weight, bias = params[f"{prefix}.weight"], params[f"{prefix}.bias"]
+        if stacked:
+            out = torch.baddbmm(bias.unsqueeze(1), x.reshape(rows, -1, x.shape[-1]), weight.transpose(1, 2))
+            x = out.reshape(*x.shape[:-1], out.shape[-1])
+        else:
+            out = torch.addmm(bias.reshape(-1), x.reshape(-1, x.shape[-1]), weight.reshape(-1, weight.shape[-1]).t())
+            x = out.view(*x.shape[:-1], rows, weight.shape[1]).movedim(-2, 0)
+            stacked = True
+    return x if stacked else x.expand(rows, *x.shape)
+
+
+def shared_forward(template: nn.Module, buffered: bool) -> Forward:
+    """``forward(params, buffers, x)``: every stacked row's network on the same input ``x``."""
+    plan = None if buffered else linear_plan(template)
+    if plan is not None:
+        return lambda params, _, x: run_plan_shared(plan, params, x)
+    return vmap(lambda params, buffers, x: functional_call(template, (params, buffers), (x,)), in_dims=(0, 0, None))
+
+
+def run_stacked(networks: Sequence[nn.Module], x: torch.Tensor, values_per_sample: int) -> torch.Tensor:
+    """Every network on ``x`` (samples, ...), in chunks of samples: (networks, samples, ...); as one
+    stacked forward where :data:`STACK_ROWS` says so, else network by network, each on all of ``x``.
+    ``values_per_sample``: the larger of a sample's input and output sizes (memory per sample)."""
+    samples = FITNESS_SAMPLES.get(x.device.type, FITNESS_SAMPLES["cuda"])
+    if not STACK_ROWS.get(x.device.type, True):
+        chunk = max(1, min(samples, FITNESS_ELEMENTS // max(1, values_per_sample)))
+        outputs = [[network(part) for part in x.split(chunk)] for network in networks]
+        return torch.stack([parts[0] if len(parts) == 1 else torch.cat(parts) for parts in outputs])
+    params, buffers = stacked_state(networks)
+    forward = shared_forward(networks[0], bool(buffers))
+    chunk = max(1, min(samples, FITNESS_ELEMENTS // max(1, values_per_sample)) // len(networks))
+    if x.shape[0] <= chunk:
+        return forward(params, buffers, x)
+    return torch.cat([forward(params, buffers, part) for part in x.split(chunk)], dim=1)
+
+
+class StackedGanFitness(StackedFitness):
+    """:class:`~evogan.api.StackedFitness` for :class:`~evogan.builtin.gan.problem.GanProblem`."""
+
+    def __init__(self, problem: GanProblem, generators: Sequence[nn.Module], discriminators: Sequence[nn.Module]):
+        self.problem = problem
+        self.generators, self.discriminators = list(generators), list(discriminators)
+
+    def fitness(
+        self,
+        real: torch.Tensor,
+        *,
+        generator: torch.Generator,
+        score: Sequence[Role] = ROLES,
+        memo: dict[nn.Module, Any] | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        from evogan.builtin.gan.problem import evaluating
+
+        gens, discs, loss = self.generators, self.discriminators, self.problem.loss
+        z = self.problem.noise(real.shape[0], generator)  # the same noise for every generator
+        g_loss = torch.zeros(len(gens), len(discs))
+        d_loss = torch.zeros(len(discs), len(gens))
+        score_g, score_d = "generator" in score, "discriminator" in score
+        memo = {} if memo is None else memo
+        sample = real[0].numel()
+        with evaluating(*gens, *discs):
+            fakes = run_stacked(gens, z, max(sample, z[0].numel()))  # (G, samples, ...)
+            every = fakes.reshape(-1, *fakes.shape[2:])  # all generators' fakes as one batch
+            logits = run_stacked(discs, every, sample).unflatten(1, fakes.shape[:2])  # (D, G, samples, ...)
+            missing = [d for d in discs if d not in memo] if score_d else []
+            if missing:  # D(real) only enters the discriminator's loss
+                memo.update(zip(missing, run_stacked(missing, real, sample), strict=True))
+            for j, d in enumerate(discs):
+                for i in range(len(gens)):
+                    if score_g:
+                        g_loss[i, j] = loss.generator_loss(logits[j, i])
+                    if score_d:
+                        d_loss[j, i] = loss.discriminator_loss(memo[d], logits[j, i])
+        return g_loss, d_loss
+
+
+__all__ = [
+    "ELEMENTWISE",
+    "FITNESS_ELEMENTS",
+    "FITNESS_SAMPLES",
+    "STACK_ROWS",
+    "StackedGanFitness",
+    "fitness_unstackable",
+    "run_plan_shared",
+    "run_stacked",
+    "shared_forward",
+    "stacked_state",
+]
