@@ -152,13 +152,19 @@ def test_verify_shrink_undoes_a_lowering_that_did_not_raise_br_and_keeps_its_flo
 
 @pytest.mark.parametrize(
     ("after", "kept"),
-    [(0.14, False), (0.151, True), (0.46, True)],  # band [0.45, 0.55]: half-width 0.05
+    [(0.14, False), (0.151, True), (0.5, True)],  # band [0.45, 0.55]: half-width 0.05
 )
 def test_verify_treats_a_rise_below_the_half_width_as_noise(after: float, kept: bool) -> None:
     ctrl, g, d = adapt(da_iters=2, d_interval=2, verify="shrink")
     feed(ctrl, g, d, windows(0.1, after))  # lower at BR 0.1, then check
     assert d.sparse["density"] == pytest.approx(0.20 if kept and after < 0.45 else 0.25 if kept else 0.30)
     assert d.sparse["balance"]["floor"] == (0.0 if kept else pytest.approx(0.3))
+
+
+def test_verify_undoes_a_lowering_that_only_reached_the_band_edge() -> None:
+    ctrl, g, d = adapt(da_iters=2, d_interval=2, verify="shrink")
+    feed(ctrl, g, d, windows(0.44, 0.46))  # inside the band now, but BR moved by less than the half-width
+    assert d.sparse["density"] == pytest.approx(0.30) and d.sparse["balance"]["floor"] == pytest.approx(0.3)
 
 
 def test_verify_both_undoes_a_raising_that_did_not_lower_br() -> None:

@@ -179,12 +179,12 @@ class AdaptOptions(DstOptions):
         "none",
         description="Check each density move at the next decision: lowering D's density should raise BR "
         "(G closes more of the gap), raising it should lower BR. 'shrink': a lowering after which the "
-        "window's BR is still below the band and rose by less than the band's half-width (window noise) is "
-        "undone, and the density before it becomes D's floor for the rest of the run (BR's level drifts "
-        "with training on some pairs, and a band then starves D; a move that does not act on BR only costs "
-        "quality). 'both': likewise a raising after which BR is still above the band and fell by less than "
-        "the half-width is undone and sets a ceiling. 'none': the paper's rule. Exact when da_iters <= "
-        "d_interval (the window after a move holds no sample from before it).",
+        "window's BR rose by less than the band's half-width (window noise) is undone, and the density "
+        "before it becomes D's floor for the rest of the run (BR's level drifts with training on some pairs, "
+        "and a band then starves D; a move that does not act on BR only costs quality). 'both': likewise a "
+        "raising after which BR fell by less than the half-width is undone and sets a ceiling. 'none': the "
+        "paper's rule. Exact when da_iters <= d_interval (the window after a move holds no sample from "
+        "before it).",
     )
 
     @model_validator(mode="after")
@@ -500,10 +500,10 @@ class MaskedController(SparsityController[StaticOptions]):
 
     def _verify_last_move(self, state: dict[str, Any], br: float, lower: float, upper: float) -> float | None:
         """``verify``: the density to return to when the last move did not act on BR, else None. A
-        lowering acted when BR is back at or above the band's lower edge or rose by at least the band's
-        half-width (the controller's own resolution: smaller changes are window noise); a raising, the
-        mirror image. That density becomes D's floor (after a lowering) or ceiling (after a raising) for
-        the rest of the run."""
+        lowering acted when BR rose by at least the band's half-width (the controller's own resolution:
+        smaller changes are window noise, and a BR that hovers at the band's edge whatever D's density
+        would pass any weaker test); a raising, when BR fell by as much. That density becomes D's floor
+        (after a lowering) or ceiling (after a raising) for the rest of the run."""
         o = self.opts
         assert isinstance(o, AdaptOptions)
         last = state.get("last_move")
@@ -511,10 +511,10 @@ class MaskedController(SparsityController[StaticOptions]):
             return None
         direction, br_before, start = int(last[0]), float(last[1]), float(last[2])
         half = (upper - lower) / 2
-        if direction < 0 and br < min(lower, br_before + half):
+        if direction < 0 and br < br_before + half:
             state["floor"] = start
             return start
-        if direction > 0 and o.verify == "both" and br > max(upper, br_before - half):
+        if direction > 0 and o.verify == "both" and br > br_before - half:
             state["ceiling"] = start
             return start
         return None
