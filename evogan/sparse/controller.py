@@ -175,14 +175,14 @@ class AdaptOptions(DstOptions):
     band_min_width: float = Field(
         0.01, ge=0, description="band = 'auto': smallest half-width in BR units (for a centre near 0)."
     )
-    verify: Literal["none", "shrink", "both"] = Field(
-        "none",
+    verify: Literal["off", "shrink", "both"] = Field(
+        "off",
         description="Check each density move at the next decision: lowering D's density should raise BR "
         "(G closes more of the gap), raising it should lower BR. 'shrink': a lowering after which the "
         "window's BR rose by less than the band's half-width (window noise) is undone, and the density "
         "before it becomes D's floor for the rest of the run (BR's level drifts with training on some pairs, "
         "and a band then starves D; a move that does not act on BR only costs quality). 'both': likewise a "
-        "raising after which BR fell by less than the half-width is undone and sets a ceiling. 'none': the "
+        "raising after which BR fell by less than the half-width is undone and sets a ceiling. 'off': the "
         "paper's rule. Exact when da_iters <= d_interval (the window after a move holds no sample from "
         "before it).",
     )
@@ -442,7 +442,7 @@ class MaskedController(SparsityController[StaticOptions]):
             band = (o.br_lower, o.br_upper) if o.band == "fixed" else state.get("band")
             if band:
                 out["br_lower"], out["br_upper"] = float(band[0]), float(band[1])
-            if o.verify != "none":
+            if o.verify != "off":
                 out["density_d_floor"] = max(o.density_min, float(state.get("floor", 0.0)))
                 out["density_d_ceiling"] = min(o.density_max, float(state.get("ceiling", 1.0)))
         train = gs["ledger"]["train"] + ds["ledger"]["train"]
@@ -507,7 +507,7 @@ class MaskedController(SparsityController[StaticOptions]):
         o = self.opts
         assert isinstance(o, AdaptOptions)
         last = state.get("last_move")
-        if o.verify == "none" or not last:
+        if o.verify == "off" or not last:
             return None
         direction, br_before, start = int(last[0]), float(last[1]), float(last[2])
         half = (upper - lower) / 2
