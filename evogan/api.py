@@ -176,7 +176,8 @@ class GeneratorStep:
     :param z: the noise the step used.
     :param real: the real batch of the step.
     :param fake_logits_pre: D(G_pre(z)) from the step's own forward pass, detached.
-    :param step: the cell's generator-step counter within the run.
+    :param step: the index of the step's batch within its generation (the engine sets it; the
+        controllers keep their own step counts).
     """
 
     z: torch.Tensor
