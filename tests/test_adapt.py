@@ -307,7 +307,7 @@ def test_sema_is_masked_on_a_g_mask_change() -> None:
 # ------------------------------------------------------------------------------------------ resume
 AUTO = (
     '{use="adapt-relax", density_g=0.5, density_d=0.5, br_freq=1, da_iters=2, d_interval=2, g_interval=3, '
-    'total_steps=24, band="auto", band_warmup=6, sema=0.5}'
+    'total_steps=24, band="auto", band_warmup=6, sema=0.5, verify="both"}'
 )
 
 
@@ -326,6 +326,7 @@ def test_resume_restores_the_calibration_state_exactly(tiny_recipe) -> None:
         a, b = (newest_checkpoint(p.run_dir.path, cell) for p in (first, straight))
         assert a["discriminators"][0]["sparse"]["balance"] == b["discriminators"][0]["sparse"]["balance"]
         assert a["discriminators"][0]["sparse"]["balance"]["band"] is not None
+        assert a["discriminators"][0]["sparse"]["balance"]["decisions"] > 0  # verify's state compared too
         sema_a, sema_b = (x["generators"][0]["sparse"]["sema"] for x in (a, b))
         assert all(torch.equal(sema_a[n], sema_b[n]) for n in sema_a)
     assert "br_lower" in records(first.run_dir.path)[-1]["sparsity"]
