@@ -126,6 +126,7 @@ ORDINARY_WORDS = {
     ("docs.py", "none"): "what the generated reference prints for an absent default",
     ("sparse/controller.py", "dense"): "the FLOPs ledger's key for the same steps at density 1",
     ("sparse/controller.py", "static"): "ADAPT's g_mask value: the generator keeps its initial mask",
+    ("sparse/options.py", "static"): "ADAPT's g_mask value: the generator keeps its initial mask",
     ("sparse/flops.py", "dense"): "the FLOPs ledger's key for the same steps at density 1",
     ("sparse/defaults.py", "classifier"): "a layer name kept dense by default",
 }

@@ -11,13 +11,8 @@ from typing import TYPE_CHECKING, ClassVar
 
 from evogan.api import ComponentOptions, GeneratorStep, Problem, SparsityController
 from evogan.hookspecs import Register, hookimpl
-from evogan.sparse.controller import (
-    AdaptOptions,
-    AdaptStrictOptions,
-    DstOptions,
-    MaskedController,
-    StaticOptions,
-)
+from evogan.sparse.controller import MaskedController
+from evogan.sparse.options import AdaptOptions, AdaptStrictOptions, DstOptions, StaticOptions
 
 if TYPE_CHECKING:
     import torch

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from evogan.sparse.wire import decode_sparse, encode_sparse
 
 # Where each name lives: imported on first use (PEP 562), so that importing a controller's options
-# (evogan.sparse.controller, for `evogan validate`) does not import torch through this package.
+# (evogan.sparse.options, for `evogan validate`) does not import torch through this package.
 _HOMES = {
     "balance": ("balance_ratio", "sample_ratio", "window_size"),
     "dst": ("cosine_fraction", "grow", "prune_and_grow", "prune_magnitude", "resize"),
