@@ -50,6 +50,8 @@ VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
     # Moves checked against BR (verify): a lowering that does not raise BR is undone and sets a floor.
     "adapt-relax-auto-verify": ("adapt-relax", ('band="auto"', 'verify="shrink"')),
     "adapt-relax-auto-gstatic-verify": ("adapt-relax", ('band="auto"', 'g_mask="static"', 'verify="shrink"')),
+    "adapt-relax-verify": ("adapt-relax", ('verify="shrink"',)),  # the paper's fixed band, checked
+    "adapt-relax-gstatic-verify": ("adapt-relax", ('g_mask="static"', 'verify="shrink"')),
     "adapt-relax-auto-gstatic-verify2": ("adapt-relax", ('band="auto"', 'g_mask="static"', 'verify="both"')),
     # Static with D denser than G, where the calibrated controllers ended at d_G 10 % (d_D 0.4-0.6).
     "static-d50": ("static", ("density_d=0.5",)),
