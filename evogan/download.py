@@ -126,8 +126,19 @@ def fetch(remote: Remote, destination: Path, *, what: str, timeout: float = TIME
 
     :param what: what the file is, for error messages ("the FID Inception weights").
     :param timeout: seconds to wait for the connection and for each read.
-    :raises UserError: unreachable, HTTP error, time-out or a digest that does not match (one line).
+    :raises UserError: unreachable, HTTP error, time-out, a digest that does not match, or a cache that
+        cannot be written (not a directory, read-only, full) (one line).
     """
+    try:
+        return _fetch(remote, destination, what=what, timeout=timeout)
+    except OSError as error:  # the download's own errors are UserErrors already: this is the cache
+        raise UserError(
+            f"{destination.parent}: cannot write the download cache ({error.strerror or error}); set {CACHE_ENV} "
+            f"to a writable directory, or {by_hand(what, remote, destination)}"
+        ) from None
+
+
+def _fetch(remote: Remote, destination: Path, *, what: str, timeout: float) -> Path:
     destination.parent.mkdir(parents=True, exist_ok=True)
     part = destination.with_name(destination.name + ".part")
     with _locked(destination):

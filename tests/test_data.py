@@ -109,6 +109,19 @@ def test_bad_sampling_ratios_are_one_line_recipe_errors(tiny_recipe, value: str,
     assert len(caught.value.lines) == 1
 
 
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ('{use="mnist", download="maybe"}', r"problem\.data\.download: must be a valid boolean"),
+        ('{use="fashion_mnist", download=2}', r"problem\.data\.download: must be a valid boolean"),
+    ],
+)
+def test_a_bad_download_switch_is_a_one_line_recipe_error(tiny_recipe, table: str, message: str) -> None:
+    with pytest.raises(RecipeError, match=message) as caught:
+        problem_of(tiny_recipe(), f"problem.data={table}")
+    assert len(caught.value.lines) == 1
+
+
 def test_a_share_smaller_than_a_batch_is_refused(tiny_recipe) -> None:
     with pytest.raises(UserError, match=r"problem\.data\.sampling_ratio: 0\.05 leaves each cell 26 of the "
                        r"dataset's 512 samples, fewer than problem\.batch_size 32"):

@@ -4,6 +4,7 @@ partial downloads resumed (Range) or discarded, and never a file under its final
 from __future__ import annotations
 
 import hashlib
+import os
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -120,6 +121,26 @@ def test_a_404_is_one_line_and_leaves_nothing(server: Server, tmp_path: Path) ->
         fetch(remote(server), target, what="test weights", timeout=5)
     assert str(target) in str(error.value)
     assert not target.exists() and not target.with_name("weights.pth.part").exists()
+
+
+@pytest.mark.parametrize("how", ["a file", "read-only"])
+def test_an_unwritable_cache_is_one_line_naming_the_cache_and_the_variable(
+    server: Server, tmp_path: Path, how: str
+) -> None:
+    cache = tmp_path / "cache"
+    if how == "a file":
+        cache.write_text("not a directory")
+    else:
+        cache.mkdir()
+        cache.chmod(0o500)
+        if os.access(cache, os.W_OK):  # root writes anyway
+            pytest.skip("the file system lets this user write to a read-only directory")
+    with pytest.raises(UserError) as error:
+        fetch(remote(server), cache / "weights.pth", what="test weights", timeout=5)
+    message = str(error.value)
+    assert "\n" not in message and message.startswith(f"{cache}: cannot write the download cache")
+    assert "EVOGAN_CACHE_DIR" in message and server.url() in message
+    assert server.ranges == []  # nothing was requested
 
 
 def test_offline_is_one_line(tmp_path: Path) -> None:

@@ -147,6 +147,14 @@ def test_optimized_mixture_errors_are_one_line(tiny_recipe) -> None:
     (run_dir / OPTIMIZED_FILE).write_text(json.dumps(record))
     stale = invoke("evaluate", str(run_dir), "--optimized", "neighbourhood")
     assert stale.exit_code == 2 and "computed on other checkpoints" in stale.output
+    record["neighbourhood"]["checkpoints"]["0"] = 1
+    for cut in ("best", "ensembles"):  # a record edited by hand: valid JSON, missing its parts
+        broken = json.loads(json.dumps(record))
+        del broken["neighbourhood"][cut]
+        (run_dir / OPTIMIZED_FILE).write_text(json.dumps(broken))
+        edited = invoke("sample", str(run_dir), "--optimized", "neighbourhood")
+        assert edited.exit_code == 2 and "'neighbourhood' entry is not an optimisation record" in edited.output
+        assert "Traceback" not in edited.output and len(edited.output.strip().splitlines()) == 1
     (run_dir / OPTIMIZED_FILE).write_text("[1, 2")
     assert "unreadable" in invoke("evaluate", str(run_dir), "--optimized", "all").output
     nothing = invoke("optimize", str(run_dir.parent / "nope"))

@@ -49,13 +49,11 @@ class Ensemble:
 def ensembles(cells: Sequence[Cell], pool: str) -> list[Ensemble]:
     """The ensembles a pool optimises, from cells loaded with their neighbours' final models."""
     if pool == "all":
-        networks = [cell.evaluated(cell.best("generator")) for cell in cells]
+        networks = [cell.best_generator() for cell in cells]
         return [Ensemble(None, [cell.index for cell in cells], networks, None)]
     out = []
     for cell in cells:
-        members, networks = cell.mixture_members()
-        weights = np.array([cell.mixture[c] for c in members], dtype=float)
-        out.append(Ensemble(cell.index, members, networks, list(weights / weights.sum())))
+        out.append(Ensemble(cell.index, *cell.mixture_ensemble()))
     return out
 
 
@@ -159,13 +157,18 @@ def optimized_ensemble(
     generations = {str(cell.index): cell.generation for cell in cells}
     if entry.get("checkpoints") != generations:
         raise UserError(f"{path}: computed on other checkpoints than the run's newest; run `evogan optimize` again")
-    chosen = entry["ensembles"][entry["best"]]
     by_index = {cell.index: cell for cell in cells}  # a neighbour's model is its own cell's best
     networks, weights = [], []
-    for member, weight in chosen["after"]["weights"].items():
-        cell = by_index[int(member)]
-        networks.append(cell.evaluated(cell.best("generator")))
-        weights.append(float(weight))
+    try:
+        chosen = entry["ensembles"][entry["best"]]
+        for member, weight in chosen["after"]["weights"].items():
+            cell = by_index[int(member)]
+            networks.append(cell.best_generator())
+            weights.append(float(weight))
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError):  # edited or cut by hand
+        raise UserError(
+            f"{path}: the {pool!r} entry is not an optimisation record; run `evogan optimize` again"
+        ) from None
     return networks, weights, dict(chosen)
 
 
