@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
-from evogan.api import Faced, StackedTraining
+from evogan.api import StackedTraining
 from evogan.engine.cell import CellSettings, TrainingJob
 from evogan.errors import UserError
 from evogan.individual import Individual
@@ -77,7 +77,7 @@ def train_together(jobs: Sequence[TrainingJob]) -> str:
     if isinstance(stacked, str):
         return stacked
     try:
-        _loop(jobs, stacked)
+        _loop(jobs, stacked, gens, discs)
     finally:
         stacked.close()
     share = (time.perf_counter() - started) / len(jobs)
@@ -86,48 +86,36 @@ def train_together(jobs: Sequence[TrainingJob]) -> str:
     return ""
 
 
-def _loop(jobs: Sequence[TrainingJob], stacked: StackedTraining) -> None:
+def _loop(
+    jobs: Sequence[TrainingJob], stacked: StackedTraining, gens: list[Individual], discs: list[Individual]
+) -> None:
     settings = jobs[0].cell.settings
     problem, pairing, mutate = settings.problem, settings.pairing, settings.mutation.mutate
     sparsity = settings.sparsity
     opponents = [job.cell.opponents(job) for job in jobs]
     batches = [iter(job.cell.batches(job.rnd)) for job in jobs]
-    gens = [g for job in jobs for g in job.gens]
-    discs = [d for job in jobs for d in job.discs]
+
     step = 0
     while True:
-        reals = [next(it, None) for it in batches]
-        if any(real is None for real in reals):
-            if not all(real is None for real in reals):
+        batch = [next(it, None) for it in batches]
+        if any(real is None for real in batch):
+            if not all(real is None for real in batch):
                 raise RuntimeError("cells trained together must have the same number of batches")
             break
+        reals: list[torch.Tensor] = [real for real in batch if real is not None]
         if _together(jobs, problem.train_generator_at, step):
-            faced: list[Faced] = []
-            real_g: list[torch.Tensor] = []
-            streams: list[torch.Generator] = []
-            for job, (for_g, _), real in zip(jobs, opponents, reals, strict=True):
-                chosen = pairing.generator_opponents(for_g, rng=job.rnd.numpy)
-                for g in job.gens:
-                    g.set_hyper(mutate(g.hyper, rng=job.rnd.numpy))
-                    faced.append(chosen)
-                    real_g.append(real)  # type: ignore[arg-type]
-                    streams.append(job.rnd.torch)
+            faced, real_g, streams = _rows(
+                jobs, reals, lambda k, rng: pairing.generator_opponents(opponents[k][0], rng=rng), "gens", mutate
+            )
             infos = stacked.generator_step(faced, real_g, streams)
             if sparsity is not None:  # row by row, as the looped path calls it after each G step
                 for g, chosen, info in zip(gens, faced, infos, strict=True):
                     info.step = step
                     sparsity.after_generator_step(g, chosen[0][0], info, problem)
         if _together(jobs, problem.train_discriminator_at, step):
-            defenders: list[Individual] = []
-            real_d: list[torch.Tensor] = []
-            streams = []
-            for job, (_, for_d), real in zip(jobs, opponents, reals, strict=True):
-                defender = pairing.discriminator_opponent(for_d, rng=job.rnd.numpy)
-                for d in job.discs:
-                    d.set_hyper(mutate(d.hyper, rng=job.rnd.numpy))
-                    defenders.append(defender)
-                    real_d.append(real)  # type: ignore[arg-type]
-                    streams.append(job.rnd.torch)
+            defenders, real_d, streams = _rows(
+                jobs, reals, lambda k, rng: pairing.discriminator_opponent(opponents[k][1], rng=rng), "discs", mutate
+            )
             stacked.discriminator_step(defenders, real_d, streams)
             if sparsity is not None:
                 for d in discs:
@@ -136,6 +124,29 @@ def _loop(jobs: Sequence[TrainingJob], stacked: StackedTraining) -> None:
     if sparsity is not None:
         for job in jobs:
             sparsity.end_generation(job.gens, job.discs)
+
+
+def _rows(
+    jobs: Sequence[TrainingJob],
+    reals: Sequence[torch.Tensor],
+    pick: Callable[[int, Any], Any],
+    members: Literal["gens", "discs"],
+    mutate: Callable[..., dict[str, float]],
+) -> tuple[list[Any], list[torch.Tensor], list[torch.Generator]]:
+    """One step's rows of one role: whom each individual faces, its real batch and its cell's torch
+    stream. Each cell draws its pairing (``pick(cell position, numpy rng)``), then each member's mutation,
+    from its own streams, in ``Cell.train``'s order."""
+    chosen_rows: list[Any] = []
+    real_rows: list[torch.Tensor] = []
+    streams: list[torch.Generator] = []
+    for k, (job, real) in enumerate(zip(jobs, reals, strict=True)):
+        chosen = pick(k, job.rnd.numpy)
+        for individual in getattr(job, members):
+            individual.set_hyper(mutate(individual.hyper, rng=job.rnd.numpy))
+            chosen_rows.append(chosen)
+            real_rows.append(real)
+            streams.append(job.rnd.torch)
+    return chosen_rows, real_rows, streams
 
 
 def _together(jobs: Sequence[TrainingJob], schedule: Callable[..., bool], step: int) -> bool:

@@ -146,6 +146,7 @@ class GanProblem(Problem[GanOptions]):
         self.data: DataSource | None = None
         self._cell_data: dict[int, DataSource] = {}  # each cell's share under data dieting
         self._joint_d: bool | None = None  # decided from the first discriminator (all share one architecture)
+        self._critic_schedule = options.critic_schedule()  # asked on every batch: built once
 
     # -------------------------------------------------------------------------------- setup
     def setup(self) -> None:
@@ -256,7 +257,7 @@ class GanProblem(Problem[GanOptions]):
         return step % (self.options.d_skip + 1) == 0
 
     def train_generator_at(self, step: int, *, cell: int = 0, generation: int = 1) -> bool:
-        schedule = self.options.critic_schedule()
+        schedule = self._critic_schedule
         if schedule is None:
             return step % self.options.critic_steps == self.options.critic_steps - 1
         return schedule.generator_trains_at((generation - 1) * self.batches_per_generation(cell) + step)

@@ -178,7 +178,8 @@ class Stack:
             ])
             for key in ("exp_avg", "exp_avg_sq")
         )  # fmt: skip
-        self.params: Params = {}
+        self.params: Params = {}  # leaves the batched backward differentiates
+        self.weights: Params = {}  # the same memory without autograd: what opponents read
         self._views: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
         offset = 0
         for name, block in zip(self.names, blocks, strict=True):
@@ -187,6 +188,7 @@ class Stack:
                 buf[offset : offset + size].view(block.shape) for buf in (self.flat, self.exp_avg, self.exp_avg_sq)
             )
             self._views[name] = (weights, exp_avg, exp_avg_sq)
+            self.weights[name] = weights
             self.params[name] = weights.detach().requires_grad_(True)  # a leaf sharing the buffer
             offset += size
         # BatchNorm running statistics, one row per individual, updated in place by the batched forward
@@ -203,6 +205,13 @@ class Stack:
              for _ in self.names]
             for st in states
         ]  # fmt: skip
+        self._all_steps = [step for row in self.steps for step in row]
+        # each row's weights, moments (views) and parameters: what its Adam step reads, built once
+        self._rows = [
+            tuple([self._views[name][i][row] for name in self.names] for i in range(3))
+            for row in range(len(self.individuals))
+        ]
+        self._row_params = [list(ind.network.parameters()) for ind in self.individuals]
         self._own: list[tuple[list[torch.Tensor], list[torch.Tensor]]] = []  # each row's tensors, for close
         self._stepped = [bool(st[0]) for st in states]  # whether the row's optimizer had state
         self._alias()
@@ -231,25 +240,23 @@ class Stack:
     def __len__(self) -> int:
         return len(self.individuals)
 
-    def detached(self) -> Params:
-        return {name: p.detach() for name, p in self.params.items()}
-
     def adam(self, grads: Sequence[torch.Tensor]) -> None:
         """One Adam step of every row with its own learning rate (``hyper["lr"]``) and step count."""
         beta1, beta2 = self.betas
         grads = [grad.contiguous() for grad in grads]  # the fused kernel reads each row's slice as flat memory
         if self.gradients:  # what the looped step leaves in .grad: the controller may regrow by it
-            for row, individual in enumerate(self.individuals):
-                for param, grad in zip(individual.network.parameters(), grads, strict=True):
+            for row, params in enumerate(self._row_params):
+                for param, grad in zip(params, grads, strict=True):
                     param.grad = grad[row]
         with torch.no_grad():
-            torch._foreach_add_([step for row in self.steps for step in row], 1.0)
+            torch._foreach_add_(self._all_steps, 1.0)
             for row, individual in enumerate(self.individuals):
+                weights, exp_avg, exp_avg_sq = self._rows[row]
                 torch._fused_adam_(
-                    [self._views[name][0][row] for name in self.names],
+                    weights,
                     [grad[row] for grad in grads],
-                    [self._views[name][1][row] for name in self.names],
-                    [self._views[name][2][row] for name in self.names],
+                    exp_avg,
+                    exp_avg_sq,
                     [],
                     self.steps[row],
                     lr=float(individual.hyper["lr"]),
@@ -376,13 +383,13 @@ class StackedGan(StackedTraining):
         counted = counted or [True] * len(chosen)
         rows = [stack.rows.get(id(ind)) for ind in chosen]
         if rows == list(range(len(stack))) and all(counted):
-            return Opposed(stack.detached(), stack.buffers, [])  # updated in place
+            return Opposed(stack.weights, stack.buffers, [])  # updated in place
         sources: list[Params] = []
         buffers: list[Params] = []
         targets: list[Target | None] = []
         for ind, row, count in zip(chosen, rows, counted, strict=True):
             if row is not None:
-                sources.append({name: p[row] for name, p in stack.detached().items()})
+                sources.append({name: p[row] for name, p in stack.weights.items()})
                 buffers.append({name: b[row] for name, b in stack.buffers.items()})
                 target: Target = (id(ind), stack.buffers, row)
             else:
