@@ -37,7 +37,12 @@ def timings(run_dir: Path) -> list[dict[str, float]]:
     return [json.loads(line) for line in (run_dir / "timings.jsonl").read_text().splitlines()]
 
 
-def mean_sd(values: Sequence[float]) -> str:
+def mean_sd(values: Sequence[float], digits: int | None = None) -> str:
+    """Mean ± sd over seeds: three significant digits (two for the sd), or ``digits`` decimals for both."""
+    if digits is None:
+        mean, sd = "{:.3g}", "{:.2g}"
+    else:
+        mean = sd = f"{{:.{digits}f}}"
     if len(values) == 1:
-        return f"{values[0]:.3g}"
-    return f"{statistics.mean(values):.3g} ± {statistics.stdev(values):.2g}"
+        return mean.format(values[0])
+    return f"{mean.format(statistics.mean(values))} ± {sd.format(statistics.stdev(values))}"

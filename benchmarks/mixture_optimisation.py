@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import quiet_overrides, run_recipe
+from _common import mean_sd, quiet_overrides, run_recipe
 
 from evogan import recipe as recipes
 from evogan.engine.ensemble import optimise_run
@@ -87,11 +87,9 @@ def one_seed(seed: int, args: argparse.Namespace, output: Path) -> list[dict[str
     return rows
 
 
-def mean_sd(values: list[float]) -> str:
+def one_decimal(values: list[float]) -> str:
     """One decimal: ES gains are often below the three significant digits FIDs of several hundred keep."""
-    if len(values) == 1:
-        return f"{values[0]:.1f}"
-    return f"{statistics.mean(values):.1f} ± {statistics.stdev(values):.1f}"
+    return mean_sd(values, digits=1)
 
 
 def main() -> None:
@@ -122,9 +120,10 @@ def main() -> None:
         mine = [r for r in rows if r["pool"] == pool and r["random_init"] == random_init]
         start = "random" if random_init else ("trained" if pool == "neighbourhood" else "uniform")
         print(
-            f"| {pool} | {start} | {mean_sd([r['before_fid'] for r in mine])} | "
-            f"{mean_sd([r['after_fid'] for r in mine])} | {mean_sd([r['accepted'] for r in mine])} | "
-            f"{mean_sd([r['fresh_before_fid'] for r in mine])} -> {mean_sd([r['fresh_after_fid'] for r in mine])} | "
+            f"| {pool} | {start} | {one_decimal([r['before_fid'] for r in mine])} | "
+            f"{one_decimal([r['after_fid'] for r in mine])} | {one_decimal([r['accepted'] for r in mine])} | "
+            f"{one_decimal([r['fresh_before_fid'] for r in mine])} -> "
+            f"{one_decimal([r['fresh_after_fid'] for r in mine])} | "
             f"{statistics.mean(r['es_wall_s'] for r in mine):.0f} |"
         )
 

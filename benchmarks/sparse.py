@@ -28,6 +28,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import mean_sd
+
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "recipes" / "mnist-adapt.toml"
 SETTLE = "settle"  # marker: band_warmup and band_settle scaled to the run (sparsity_table)
@@ -146,12 +149,6 @@ def one_run(variant: str, density: float, seed: int, args: argparse.Namespace, o
 
 def fmt(value: float | None, digits: int = 3) -> str:
     return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}g}"
-
-
-def mean_sd(values: list[float], digits: int) -> str:
-    if len(values) == 1:
-        return f"{values[0]:.{digits}f}"
-    return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
 
 
 def report(results: list[dict[str, Any]], every: int) -> str:

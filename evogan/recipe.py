@@ -17,9 +17,9 @@ import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from evogan.api import Component, ComponentOptions, ConnectableTransport
 from evogan.errors import RecipeError, UserError
@@ -27,6 +27,16 @@ from evogan.registry import Registries
 
 
 # ------------------------------------------------------------------------------------------ fixed tables
+def _auto_or_bool(value: Any) -> Any:
+    """``"auto"``, true or false exactly (pydantic would read 1, "yes" and "on" as true)."""
+    if value == "auto" or isinstance(value, bool):
+        return value
+    raise ValueError(f'must be "auto", true or false (got {value!r})')
+
+
+AutoOrBool = Annotated[Literal["auto", True, False], BeforeValidator(_auto_or_bool)]
+
+
 class _Table(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -49,7 +59,7 @@ class RunSection(_Table):
         "machine's cores divided by the worker processes on it, at least 1)",
     )
     max_restarts: int = Field(3, ge=0, description="restarts of the worker group after a worker dies")
-    vectorize: Literal["auto", True, False] = Field(
+    vectorize: AutoOrBool = Field(
         "auto",
         description="train the cells of a process as one batched computation (stacked networks, vmap); "
         "auto: on CUDA where supported, looped on the CPU (bitwise equal for any number of cells per "
@@ -68,13 +78,6 @@ class RunSection(_Table):
         ),
     )
 
-
-    @field_validator("vectorize", mode="before")
-    @classmethod
-    def _auto_or_bool(cls, value: Any) -> Any:
-        if value == "auto" or isinstance(value, bool):
-            return value
-        raise ValueError(f'must be "auto", true or false (got {value!r})')
 
 
 class PopulationSection(_Table):
@@ -131,7 +134,7 @@ class ExchangeSection(_Table):
         ge=0,
         description="also exchange after every k training batches inside a generation (0: once per generation)",
     )
-    optimizer_state: Literal["auto", True, False] = Field(
+    optimizer_state: AutoOrBool = Field(
         "auto",
         description="send the optimizer's state (Adam moments, step counts) with the models; "
         "auto: when selection is on, as Lipizzaner does",
@@ -141,12 +144,6 @@ class ExchangeSection(_Table):
         description="the transport's options (e.g. bind, advertise, curve_dir); node-specific, so not hashed",
     )
 
-    @field_validator("optimizer_state", mode="before")
-    @classmethod
-    def _auto_or_bool(cls, value: Any) -> Any:
-        if value == "auto" or isinstance(value, bool):
-            return value
-        raise ValueError(f'must be "auto", true or false (got {value!r})')
 
     def carries_optimizer(self, selection: bool) -> bool:
         """Whether models travel with their optimizer state (``auto``: only when selection can adopt them)."""

@@ -151,17 +151,14 @@ class TrainedRun:
 
     def mixture(self, cell: int | None = None) -> Mixture:
         """``cell``'s mixture ensemble (default: the best cell's)."""
-        from evogan.engine.run import mixture_of
-
         index = self._cell(cell)
-        members, _ = self.cells[index].mixture_members()
-        networks, weights = mixture_of(self.cells[index])
+        members, networks, weights = self.cells[index].mixture_ensemble()
         return Mixture(index, members, networks, weights, self.problem)
 
     def generator(self, cell: int | None = None) -> nn.Module:
         """``cell``'s best generator alone (default: the best cell's), as evaluation uses it."""
         chosen = self.cells[self._cell(cell)]
-        return chosen.evaluated(chosen.best("generator"))
+        return chosen.best_generator()
 
     def single(self, cell: int | None = None) -> Mixture:
         """``cell``'s best generator as an ensemble of one (``evogan sample --single``)."""

@@ -452,17 +452,28 @@ class Cell:
         sparsity = self.settings.sparsity
         return individual.network if sparsity is None else sparsity.evaluation_network(individual)
 
+    def best_generator(self) -> torch.nn.Module:
+        """The network that stands for this cell's best generator in evaluation and ensembles."""
+        return self.evaluated(self.best("generator"))
+
     def mixture_members(self) -> tuple[list[int], list[torch.nn.Module]]:
         cells, networks = [], []
         for cell in sorted(self.mixture):
             if cell == self.index:
-                networks.append(self.evaluated(self.best("generator")))
+                networks.append(self.best_generator())
             elif cell in self.foreign:
                 networks.append(self.evaluated(self.foreign[cell]["generator"]))
             else:
                 continue  # never heard from: left out, weights renormalised
             cells.append(cell)
         return cells, networks
+
+    def mixture_ensemble(self) -> tuple[list[int], list[torch.nn.Module], list[float]]:
+        """The mixture as an ensemble: its members (cells heard from), their networks, normalised weights."""
+        cells, networks = self.mixture_members()
+        weights = [self.mixture[c] for c in cells]
+        total = sum(weights) or 1.0
+        return cells, networks, [w / total for w in weights]
 
     def _evolve_mixture(self, rnd: CellRandom) -> dict[str, float]:
         """One (1+1)-ES step on the mixture weights, both candidates scored on the same noise."""

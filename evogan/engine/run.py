@@ -383,7 +383,7 @@ class Driver:
         self.pm.hook.evogan_checkpoint(run=self.info, cell=cell.index, generation=cell.generation, path=path)
 
     def pictures(self, cell: Cell, label: str) -> None:
-        networks, weights = mixture_of(cell)
+        _, networks, weights = cell.mixture_ensemble()
         rnd = CellRandom.for_generation(self.recipe.run.seed, cell.index, cell.generation, "evaluation")
         path = self.run_dir.picture_path(label, cell.index)
         with writing(path):
@@ -465,14 +465,6 @@ def write_summary(
     return summary
 
 
-def mixture_of(cell: Cell) -> tuple[list[torch.nn.Module], list[float]]:
-    """The networks and normalised weights of a cell's mixture ensemble."""
-    cells, networks = cell.mixture_members()
-    weights = [cell.mixture[c] for c in cells]
-    total = sum(weights) or 1.0
-    return networks, [w / total for w in weights]
-
-
 def evaluation_seed(seed: int, cell: Cell) -> int:
     """The seed of the noise a cell's final scores use (its generation's evaluation stream)."""
     return int(CellRandom.for_generation(seed, cell.index, cell.generation, "evaluation").numpy.integers(2**62))
@@ -485,9 +477,9 @@ def score_cells(cells: Sequence[Cell], settings: CellSettings, seed: int) -> dic
     for cell in cells:
         noise_seed = evaluation_seed(seed, cell)
         single = problem.evaluate(
-            [cell.evaluated(cell.best("generator"))], [1.0], generator=torch.Generator().manual_seed(noise_seed)
+            [cell.best_generator()], [1.0], generator=torch.Generator().manual_seed(noise_seed)
         )
-        networks, weights = mixture_of(cell)
+        _, networks, weights = cell.mixture_ensemble()
         mixture = problem.evaluate(networks, weights, generator=torch.Generator().manual_seed(noise_seed))
         scores[str(cell.index)] = {
             "generation": cell.generation,
@@ -537,7 +529,6 @@ __all__ = [
     "default_threads",
     "evaluation_seed",
     "load_cells",
-    "mixture_of",
     "pick_device",
     "score_cells",
     "set_threads",

@@ -258,8 +258,7 @@ class MaskedController(SparsityController[StaticOptions]):
             if band:
                 out["br_lower"], out["br_upper"] = float(band[0]), float(band[1])
             if o.verify != "off":
-                out["density_d_floor"] = max(o.density_min, float(state.get("floor", 0.0)))
-                out["density_d_ceiling"] = min(o.density_max, float(state.get("ceiling", 1.0)))
+                out["density_d_floor"], out["density_d_ceiling"] = _density_bounds(o, state)
         train = gs["ledger"]["train"] + ds["ledger"]["train"]
         dense = gs["ledger"]["dense"] + ds["ledger"]["dense"]
         out.update(flops_train=train, flops_dense=dense, flops_br=gs["ledger"]["br"] + ds["ledger"]["br"])
@@ -281,11 +280,12 @@ class MaskedController(SparsityController[StaticOptions]):
         lower, upper = (o.br_lower, o.br_upper) if o.band == "fixed" else state["band"]
         density = float(ds["density"])
         undo = self._verify_last_move(state, br, lower, upper)
-        low = max(o.density_min, state.get("floor", 0.0))
-        high = min(o.density_max, state.get("ceiling", 1.0))
+        low, high = _density_bounds(o, state)
         state["last_move"] = None
         rng = _event_rng(ds)
-        if undo is not None:  # the last move did not act on BR: back to where it started, no new move
+        # The last move did not act on BR: back to the density it started from (the mask is resized by the
+        # growth rule, not restored), and no new move at this decision.
+        if undo is not None:
             density = undo
         elif br >= upper and density < high:
             state["last_move"] = [1, br, density]
@@ -315,7 +315,8 @@ class MaskedController(SparsityController[StaticOptions]):
 
     def _verify_last_move(self, state: dict[str, Any], br: float, lower: float, upper: float) -> float | None:
         """``verify``: the density to return to when the last move did not act on BR, else None. A
-        lowering acted when BR rose by at least the band's half-width (the controller's own resolution:
+        lowering acted when BR rose by at least the band's half-width (also when the step was clipped at a
+        bound: a smaller move is held to the same test) (the controller's own resolution:
         smaller changes are window noise, and a BR that hovers at the band's edge whatever D's density
         would pass any weaker test); a raising, when BR fell by as much. That density becomes D's floor
         (after a lowering) or ceiling (after a raising) for the rest of the run."""
@@ -333,6 +334,12 @@ class MaskedController(SparsityController[StaticOptions]):
             state["ceiling"] = start
             return start
         return None
+
+
+def _density_bounds(o: AdaptOptions, state: dict[str, Any]) -> tuple[float, float]:
+    """D's density range: the options' bounds, narrowed by what ``verify`` learnt (absent from states
+    checkpointed before ``verify`` existed)."""
+    return max(o.density_min, float(state.get("floor", 0.0))), min(o.density_max, float(state.get("ceiling", 1.0)))
 
 
 def new_balance() -> dict[str, Any]:
