@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -10,7 +11,7 @@ if TYPE_CHECKING:  # the reporter imports cell_rows: keep torch (rundir) out of 
     from evogan.engine.rundir import RunDirectory
 
 
-def _series(records: list[dict[str, Any]]) -> dict[str, dict[int, list[tuple[int, float]]]]:
+def _series(records: Sequence[Mapping[str, Any]]) -> dict[str, dict[int, list[tuple[int, float]]]]:
     """metric name -> cell -> [(generation, value)]."""
     series: dict[str, dict[int, list[tuple[int, float]]]] = defaultdict(lambda: defaultdict(list))
     for record in records:
@@ -44,14 +45,20 @@ def cell_rows(cells: int, layout: tuple[int, int] | None, *, columns: int = 1) -
     return [[r * cols + c if r * cols + c < cells else None for c in range(cols)] for r in range(rows)]
 
 
-def plot_grid(run_dir: RunDirectory, final: dict[int, float], layout: tuple[int, int] | None) -> Path:
+def plot_grid(
+    run_dir: RunDirectory,
+    final: dict[int, float],
+    layout: tuple[int, int] | None,
+    records: Sequence[Mapping[str, Any]] | None = None,
+) -> Path:
     """``plots/grid.png``: two heatmaps laid out as the topology (a strip without a 2-D layout), each cell's
-    final mixture score and the best score it reached over the generations (lower is better)."""
+    final mixture score and the best score it reached over the generations (lower is better); ``records``:
+    the run's metrics when the caller has read them already."""
     import numpy as np
 
     plt = _pyplot()
     best_seen: dict[int, float] = {}
-    for record in run_dir.read_metrics():
+    for record in run_dir.read_metrics() if records is None else records:
         cell, score = int(record["cell"]), float(record["mixture_score"])
         best_seen[cell] = min(score, best_seen.get(cell, score))
     cells = max([*final, *best_seen], default=-1) + 1
@@ -87,10 +94,10 @@ def plot_grid(run_dir: RunDirectory, final: dict[int, float], layout: tuple[int,
     return path
 
 
-def plot_metrics(run_dir: RunDirectory) -> list[Path]:
+def plot_metrics(run_dir: RunDirectory, records: Sequence[Mapping[str, Any]] | None = None) -> list[Path]:
     """One figure with a panel per metric; returns the files written."""
     plt = _pyplot()
-    records = run_dir.read_metrics()
+    records = run_dir.read_metrics() if records is None else records
     if not records:
         return []
     series = _series(records)

@@ -404,7 +404,7 @@ class Driver:
         return write_summary(
             self.run_dir,
             self.recipe,
-            self.topology.describe(),
+            self.topology,
             cells,
             interrupted,
             self.settings.problem.describe(),
@@ -433,7 +433,7 @@ def best_cell(scores: Mapping[str, Any]) -> str:
 def write_summary(
     run_dir: RunDirectory,
     recipe: Recipe,
-    topology: str,
+    topology: Topology,
     cells: Mapping[str, Any],
     interrupted: bool,
     problem: Mapping[str, Any],
@@ -446,7 +446,7 @@ def write_summary(
     summary = {
         "run": run_dir.run_id,
         "recipe": recipe.digest,
-        "topology": topology,
+        "topology": topology.describe(),
         "generations": max(int(scores["generation"]) for scores in cells.values()),
         "interrupted": interrupted,
         "cells": dict(cells),
@@ -458,10 +458,11 @@ def write_summary(
     run_dir.write_summary(summary)
     from evogan.engine.plots import plot_grid, plot_metrics
 
+    records = run_dir.read_metrics()
     with writing(run_dir.path / "plots"):
-        plot_metrics(run_dir)
+        plot_metrics(run_dir, records)
         final = {int(cell): float(scores["mixture_score"]) for cell, scores in cells.items()}
-        plot_grid(run_dir, final, build_topology(recipe).layout())
+        plot_grid(run_dir, final, topology.layout(), records)
     return summary
 
 

@@ -92,7 +92,7 @@ class WorkerDriver(Driver):
         return write_summary(
             self.run_dir,
             self.recipe,
-            self.topology.describe(),
+            self.topology,
             cells,
             any(part["interrupted"] for part in parts),
             parts[0]["problem"],
