@@ -13,17 +13,20 @@ import click
 
 from evogan.cli_common import disable_option, handle_errors
 from evogan.errors import UserError
+from evogan.recipe import POOLS
+from evogan.trained import DEVICES
 
+device_option = click.option("--device", type=click.Choice(DEVICES), help="Override run.device.")
 optimized_option = click.option(
     "--optimized",
-    type=click.Choice(["neighbourhood", "all"]),
+    type=click.Choice(POOLS),
     help="Use the best ensemble `evogan optimize` chose from this pool (optimized-mixture.json).",
 )
 
 @click.command()
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-@click.option("--device", type=click.Choice(["cpu", "cuda", "auto"]), help="Override run.device.")
+@device_option
 @optimized_option
 @disable_option
 @handle_errors
@@ -88,7 +91,7 @@ def evaluate(
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @click.option(
     "--pool",
-    type=click.Choice(["neighbourhood", "all"]),
+    type=click.Choice(POOLS),
     help="Each cell's neighbourhood mixture, or one ensemble of every cell's best generator "
     "(default: the recipe's mixture.optimize.pool).",
 )
@@ -106,7 +109,7 @@ def evaluate(
 )
 @click.option("--seed", type=int, help="Seed of the ES and its noise (default: run.seed).")
 @click.option("--json", "as_json", is_flag=True, help="Print the record as JSON.")
-@click.option("--device", type=click.Choice(["cpu", "cuda", "auto"]), help="Override run.device.")
+@device_option
 @disable_option
 @handle_errors
 def optimize(
@@ -180,7 +183,7 @@ def optimize(
 @click.option("--cell", type=int, help="Draw from this cell's mixture (default: the best-scoring cell).")
 @click.option("--single", is_flag=True, help="Use the cell's best generator alone, not its mixture.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the noise.")
-@click.option("--device", type=click.Choice(["cpu", "cuda", "auto"]), help="Override run.device.")
+@device_option
 @optimized_option
 @disable_option
 @handle_errors

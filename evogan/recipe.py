@@ -17,7 +17,7 @@ import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar, get_args
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
@@ -34,6 +34,8 @@ def _auto_or_bool(value: Any) -> Any:
     raise ValueError(f'must be "auto", true or false (got {value!r})')
 
 
+Pool = Literal["neighbourhood", "all"]  # which ensembles mixture optimisation works on
+POOLS: tuple[str, ...] = get_args(Pool)
 AutoOrBool = Annotated[Literal["auto", True, False], BeforeValidator(_auto_or_bool)]
 
 
@@ -106,7 +108,7 @@ class OptimizeSection(_Table):
         False, description="start from random normalised weights instead of the trained ones (es_random_init)"
     )
     sigma: float = Field(0.01, gt=0, description="standard deviation of the Gaussian weight mutation")
-    pool: Literal["neighbourhood", "all"] = Field(
+    pool: Pool = Field(
         "neighbourhood",
         description="each cell's neighbourhood mixture, or one ensemble of every cell's best generator",
     )

@@ -29,11 +29,10 @@ from evogan.api import Problem
 from evogan.engine.cell import Cell
 from evogan.engine.rundir import RunDirectory, atomic_write, writing
 from evogan.errors import UserError
-from evogan.recipe import OptimizeSection
+from evogan.recipe import POOLS, OptimizeSection
 from evogan.rng import seed_sequence
 
 OPTIMIZED_FILE = "optimized-mixture.json"
-POOLS = ("neighbourhood", "all")
 
 
 @dataclass
