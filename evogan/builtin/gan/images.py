@@ -18,7 +18,7 @@ import shutil
 import tarfile
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field
@@ -183,17 +183,19 @@ class MnistDataset(_TorchvisionDataset):
     folder: ClassVar[str] = "MNIST/raw"
     files: ClassVar[tuple[str, ...]] = _IDX_FILES
     how_to_get: ClassVar[str] = "put the four gunzipped MNIST IDX files (train-*, t10k-*) into {dir}/"
+    torchvision_class: ClassVar[str] = "MNIST"  # reads the IDX files and knows their published URLs
+
+    def _published(self) -> Any:
+        import torchvision.datasets
+
+        return getattr(torchvision.datasets, self.torchvision_class)
 
     def _arrays(self) -> tuple[torch.Tensor, torch.Tensor]:
-        from torchvision.datasets import MNIST
-
-        data = MNIST(str(self._root()), train=self.options.train, download=False)
+        data = self._published()(str(self._root()), train=self.options.train, download=False)
         return data.data.unsqueeze(1), data.targets.to(torch.int64)
 
     def _download(self) -> None:
-        from torchvision.datasets import MNIST, FashionMNIST
-
-        published = FashionMNIST if self.name == "fashion_mnist" else MNIST
+        published = self._published()
         raw = self._root() / self.folder
         for archive, md5 in published.resources:
             target = raw / archive.removesuffix(".gz")
@@ -219,12 +221,7 @@ class FashionMnistDataset(MnistDataset):
         "offline: apt-get install dataset-fashion-mnist, then gunzip the four "
         "/usr/share/datasets/fashion-mnist/*-ubyte.gz files into {dir}/"
     )
-
-    def _arrays(self) -> tuple[torch.Tensor, torch.Tensor]:
-        from torchvision.datasets import FashionMNIST
-
-        data = FashionMNIST(str(self._root()), train=self.options.train, download=False)
-        return data.data.unsqueeze(1), data.targets.to(torch.int64)
+    torchvision_class: ClassVar[str] = "FashionMNIST"
 
 
 class Cifar10Dataset(_TorchvisionDataset):
