@@ -96,29 +96,18 @@ def test_resume_with_data_dieting_reproduces_an_uninterrupted_run(tiny_recipe) -
 
 
 @pytest.mark.parametrize(
-    ("value", "message"),
+    ("override", "message"),
     [
-        ("0", r"problem\.data\.sampling_ratio: must be > 0"),
-        ("1.5", r"problem\.data\.sampling_ratio: must be <= 1"),
-        ('"half"', r"problem\.data\.sampling_ratio: must be a valid number"),
+        ("problem.data.sampling_ratio=0", r"problem\.data\.sampling_ratio: must be > 0"),
+        ("problem.data.sampling_ratio=1.5", r"problem\.data\.sampling_ratio: must be <= 1"),
+        ('problem.data.sampling_ratio="half"', r"problem\.data\.sampling_ratio: must be a valid number"),
+        ('problem.data={use="mnist", download="maybe"}', r"problem\.data\.download: must be a valid boolean"),
+        ('problem.data={use="fashion_mnist", download=2}', r"problem\.data\.download: must be a valid boolean"),
     ],
 )
-def test_bad_sampling_ratios_are_one_line_recipe_errors(tiny_recipe, value: str, message: str) -> None:
+def test_bad_data_options_are_one_line_recipe_errors(tiny_recipe, override: str, message: str) -> None:
     with pytest.raises(RecipeError, match=message) as caught:
-        problem_of(tiny_recipe(), f"problem.data.sampling_ratio={value}")
-    assert len(caught.value.lines) == 1
-
-
-@pytest.mark.parametrize(
-    ("table", "message"),
-    [
-        ('{use="mnist", download="maybe"}', r"problem\.data\.download: must be a valid boolean"),
-        ('{use="fashion_mnist", download=2}', r"problem\.data\.download: must be a valid boolean"),
-    ],
-)
-def test_a_bad_download_switch_is_a_one_line_recipe_error(tiny_recipe, table: str, message: str) -> None:
-    with pytest.raises(RecipeError, match=message) as caught:
-        problem_of(tiny_recipe(), f"problem.data={table}")
+        problem_of(tiny_recipe(), override)
     assert len(caught.value.lines) == 1
 
 
