@@ -3,14 +3,20 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from evogan import hookimpl
 from evogan import recipe as recipes
 from evogan.api import Selection
 from evogan.errors import ComponentConflictError, UserError
-from evogan.plugins import BUILTIN_PLUGINS, describe_plugins, make_plugin_manager
+from evogan.plugins import (
+    BUILTIN_PLUGINS,
+    describe_plugins,
+    make_plugin_manager,
+)
 from evogan.registry import KIND_HOOKS, Registries
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -160,3 +166,47 @@ def test_plugins_named_in_the_environment_load_even_without_autoload(monkeypatch
     monkeypatch.setenv("EVOGAN_PLUGINS", "no_such_module_here")
     with pytest.raises(UserError, match=r"EVOGAN_PLUGINS: cannot import 'no_such_module_here'"):
         make_plugin_manager()
+
+
+# ------------------------------------------------------------------------------------------ public API
+OPTIONS_WARNING = r"evogan\.api\.Options is deprecated since evogan 0\.2\.0 .*: use evogan\.api\.ComponentOptions$"
+
+# The options of a component as CONTRIBUTING.md showed them for 0.1, run as a module (a class body sees
+# module globals, not a test function's locals).
+PLUGIN_0_1 = """
+from pydantic import Field
+
+from evogan.api import Options, Selection
+
+
+class Roulette(Selection):
+    name = "roulette_0_1"
+
+    class Options(Options):
+        temperature: float = Field(1.0, gt=0)
+
+    def select(self, population, k, *, rng):
+        return list(population[:k])
+"""
+
+
+def test_options_is_a_deprecated_alias_that_0_1_plugins_can_subclass() -> None:
+    import evogan.api as api
+    from evogan.api import ComponentOptions
+
+    namespace: dict[str, Any] = {"__name__": "plugin_0_1"}
+    with pytest.warns(DeprecationWarning, match=OPTIONS_WARNING) as caught:
+        exec(PLUGIN_0_1, namespace)
+    assert len(caught) == 1 and caught[0].filename == "<string>"  # attributed to the importing line
+    Roulette = namespace["Roulette"]
+    assert Roulette.Options.__bases__ == (ComponentOptions,)
+    assert Roulette.Options(temperature=0.5).temperature == 0.5
+    with pytest.raises(ValidationError, match="Extra inputs are not permitted"):
+        Roulette.Options(tempreature=0.5)
+    with pytest.warns(DeprecationWarning, match="use evogan.api.ComponentOptions"):
+        assert api.Options is ComponentOptions
+    with pytest.raises(AttributeError, match="has no attribute 'Crossover'"):
+        api.Crossover  # noqa: B018
+    budget = r"Problem\.network_budget is deprecated .*: use evogan\.api\.Problem\.describe"
+    with pytest.warns(DeprecationWarning, match=budget):
+        assert api.Problem.network_budget(None, "generator") == {}  # type: ignore[arg-type]
