@@ -1,21 +1,27 @@
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 import sys
+import types
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
-from evogan import hookimpl
+from evogan import hookimpl, plugins
 from evogan import recipe as recipes
 from evogan.api import Selection
 from evogan.errors import ComponentConflictError, UserError
 from evogan.plugins import (
     BUILTIN_PLUGINS,
+    EntryPointPlugin,
+    PluginFailure,
     describe_plugins,
     make_plugin_manager,
+    reporting_failures,
 )
 from evogan.registry import KIND_HOOKS, Registries
 
@@ -210,3 +216,161 @@ def test_options_is_a_deprecated_alias_that_0_1_plugins_can_subclass() -> None:
     budget = r"Problem\.network_budget is deprecated .*: use evogan\.api\.Problem\.describe"
     with pytest.warns(DeprecationWarning, match=budget):
         assert api.Problem.network_budget(None, "generator") == {}  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------------------- plugins that fail to load
+DATA = ROOT / "tests" / "data"
+BROKEN = {
+    "broken-import": "evogan_broken_plugins.import_error",
+    "broken-register": "evogan_broken_plugins.register_error",
+    "broken-abstract": "evogan_broken_plugins.missing_method",
+}
+
+
+def pretend_installed(monkeypatch: pytest.MonkeyPatch, *sources: EntryPointPlugin) -> None:
+    """Entry points as if ``sources`` were installed beside the real ones (no distribution installed)."""
+    really = plugins.installed_plugins
+    monkeypatch.setattr(plugins, "installed_plugins", lambda: [*really(), *sources])
+
+
+@pytest.fixture
+def broken(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The three plugins of tests/data/broken_plugins, as installed entry points."""
+    monkeypatch.syspath_prepend(str(DATA / "broken_plugins"))
+    sources = [EntryPointPlugin(name, value, "evogan-broken-plugins", "0.1.0") for name, value in BROKEN.items()]
+    pretend_installed(monkeypatch, *sources)
+
+
+@pytest.mark.parametrize(
+    ("name", "error"),
+    [
+        ("broken-import", r"ImportError: cannot import name 'Crossover' from 'evogan\.api'"),
+        ("broken-register", r"evogan_register_mutations: RuntimeError: broken on purpose: the registration hook"),
+        (
+            "broken-abstract",
+            r"evogan_register_selections: ComponentConflictError: plugin 'broken-abstract' registered selection "
+            r"'half' without select \(what every selection must implement\)$",
+        ),
+    ],
+)
+def test_a_plugin_that_fails_to_load_is_named_and_left_out(
+    name: str, error: str, monkeypatch: pytest.MonkeyPatch, tiny_recipe
+) -> None:
+    monkeypatch.syspath_prepend(str(DATA / "broken_plugins"))
+    pretend_installed(monkeypatch, EntryPointPlugin(name, BROKEN[name], "evogan-broken-plugins", "0.1.0"))
+    heard: list[PluginFailure] = []
+    with reporting_failures(heard.append):
+        pm = make_plugin_manager()
+        registries = Registries.from_plugin_manager(pm)
+        Registries.from_plugin_manager(pm)  # built again (a worker, evaluate): nothing new to report
+    assert [failure.name for failure in heard] == [failure.name for failure in pm.failures] == [name]
+    failure = pm.failures[0]
+    assert re.match(error, failure.error) and "\n" not in failure.error
+    assert failure.plugin.label == f"{name} (evogan-broken-plugins 0.1.0)"
+    assert f"--disable-plugin {name} or EVOGAN_BLOCK_PLUGINS={name}" in failure.warning()
+    # Left out whole: no hooks, no components (the topology registered before the bad selection too).
+    assert pm.get_plugin(name) is None and name not in pm.entry_points
+    assert "broken_pair" not in registries["topology"] and "half" not in registries["selection"]
+    assert "linear_rank" in registries["selection"] and "tournament" in registries["selection"]
+    listed = {info.name: info for info in describe_plugins(pm)}
+    assert (listed[name].status, listed[name].error, listed[name].distribution) == (
+        "failed",
+        failure.error,
+        "evogan-broken-plugins",
+    )
+    assert listed["example"].status == "loaded"
+    # What needs it names it; what does not goes on.
+    with pytest.raises(UserError, match=rf"unknown selection 'half'.*; plugins that failed to load: {name} \("):
+        recipes.load(tiny_recipe(), registries, ['selection.use="half"'])
+    assert recipes.load(tiny_recipe(), registries).choices["selection"].name == "tournament"
+
+
+@pytest.mark.parametrize(
+    ("module", "error"),
+    [
+        ("typo", "implements evogan_register_selection, which evogan does not define"),
+        ("taken", "'tournament' is registered twice: by plugin 'evogan.builtin.selection' and by plugin 'taken'"),
+    ],
+)
+def test_unknown_hooks_and_taken_names_are_contained_too(
+    module: str, error: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    class Tournament(Selection):
+        name = "tournament"
+
+        def select(self, population, k, *, rng):
+            return list(population[:k])
+
+    plugin = types.ModuleType(f"evogan_test_{module}")
+    if module == "typo":
+        plugin.evogan_register_selection = hookimpl(lambda register: None)  # type: ignore[attr-defined]
+    else:
+        plugin.evogan_register_selections = hookimpl(lambda register: register(Tournament))  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, plugin.__name__, plugin)
+    pretend_installed(monkeypatch, EntryPointPlugin(module, plugin.__name__, f"evogan-{module}", "1.0"))
+    with reporting_failures(lambda failure: None):
+        pm = make_plugin_manager()
+        Registries.from_plugin_manager(pm)
+    assert [failure.name for failure in pm.failures] == [module] and error in pm.failures[0].error
+
+
+def test_without_a_reporter_a_failure_is_a_warning(broken) -> None:
+    with pytest.warns(plugins.PluginLoadWarning, match=r"plugin broken-import \(evogan-broken-plugins 0\.1\.0\)"):
+        make_plugin_manager(blocked=["broken-register", "broken-abstract"])
+
+
+def _cli(*args: str) -> Any:
+    from click.testing import CliRunner
+
+    from evogan.cli import _attach_commands, cli
+
+    _attach_commands()
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+def test_cli_lists_failed_plugins_warns_once_each_and_goes_on(
+    broken, monkeypatch: pytest.MonkeyPatch, tiny_recipe
+) -> None:
+    listing = _cli("plugins")
+    assert listing.exit_code == 0 and "warning" not in listing.stderr
+    assert all(re.search(rf"{name} +evogan-broken-plugins +0\.1\.0 +failed", listing.stdout) for name in BROKEN)
+    rows = {row["name"]: row for row in json.loads(_cli("plugins", "--json").stdout)}
+    assert rows["broken-import"]["status"] == "failed" and rows["broken-import"]["error"].startswith("ImportError")
+    assert rows["example"]["status"] == "loaded" and rows["example"]["error"] == ""
+
+    recipe = str(tiny_recipe(generations=1))
+    checked = _cli("validate", recipe)
+    assert checked.exit_code == 0 and "ok (torus" in checked.stdout
+    warnings = checked.stderr.splitlines()
+    assert len(warnings) == 3 and all(w.startswith("warning: plugin ") for w in warnings)
+    for name in BROKEN:
+        assert sum(f"plugin {name} (evogan-broken-plugins 0.1.0)" in w for w in warnings) == 1
+        assert sum(f"--disable-plugin {name} or EVOGAN_BLOCK_PLUGINS={name}" in w for w in warnings) == 1
+
+    monkeypatch.setenv("EVOGAN_BLOCK_PLUGINS", "broken-register")
+    quieter = _cli("validate", "--disable-plugin", "broken-import", recipe).stderr
+    assert quieter.count("warning:") == 1 and "plugin broken-abstract" in quieter
+    monkeypatch.delenv("EVOGAN_BLOCK_PLUGINS")
+
+    needs_it = _cli("validate", recipe, "--set", 'selection.use="half"')
+    assert needs_it.exit_code == 2 and "Traceback" not in needs_it.output
+    assert "unknown selection 'half'" in needs_it.stderr
+    assert "plugins that failed to load: broken-import (" in needs_it.stderr
+
+    # A run goes on; broken-register's evogan_run_start would raise if a failed plugin's hooks fired.
+    ran = _cli("run", recipe, "--plain")
+    assert ran.exit_code == 0, ran.output
+    assert ran.stderr.count("warning: plugin ") == 3 and "best mixture ensemble" in ran.stdout
+
+
+def test_a_worker_names_failed_plugins_once_per_node(capsys: pytest.CaptureFixture[str]) -> None:
+    from evogan.runtime.environment import WorkerEnv
+    from evogan.runtime.worker import _plugin_warning
+
+    failure = PluginFailure(EntryPointPlugin("bad", "bad", "evogan-bad", "2.0"), "ImportError: no")
+    for rank, local_rank, launched in [(2, 0, False), (3, 1, False), (3, 1, True)]:
+        _plugin_warning(WorkerEnv(rank, 4, local_rank, 2, 0, "run"), failure, launched=launched)
+    assert capsys.readouterr().err.splitlines() == [
+        f"worker rank 2: warning: {failure.warning()}",  # torchrun: each node's local rank 0
+        f"worker rank 3: warning: {failure.warning()}",  # evogan run: into the worker's own log
+    ]
