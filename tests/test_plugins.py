@@ -1,19 +1,27 @@
 from __future__ import annotations
 
+import importlib
 import json
+import os
 import re
+import shutil
 import subprocess
 import sys
+import tomllib
 import types
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
+import evogan
 from evogan import hookimpl, plugins
 from evogan import recipe as recipes
 from evogan.api import Selection
+from evogan.deprecated import DEPRECATIONS
+from evogan.docs import PUBLIC_MODULES
 from evogan.errors import ComponentConflictError, UserError
 from evogan.plugins import (
     BUILTIN_PLUGINS,
@@ -24,6 +32,7 @@ from evogan.plugins import (
     reporting_failures,
 )
 from evogan.registry import KIND_HOOKS, Registries
+from evogan.testing import run_tiny, write_tiny_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -218,6 +227,29 @@ def test_options_is_a_deprecated_alias_that_0_1_plugins_can_subclass() -> None:
         assert api.Problem.network_budget(None, "generator") == {}  # type: ignore[arg-type]
 
 
+def test_changelog_records_every_deprecation_and_the_version() -> None:
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    releases = re.findall(r"^## (\d+\.\d+\.\d+) - \d{4}-\d{2}-\d{2}$", changelog, flags=re.M)
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert releases[0] == project == evogan.__version__, "CHANGELOG.md, pyproject.toml and evogan.__version__"
+    assert changelog.index("## Unreleased") < changelog.index(f"## {releases[0]} ")
+    for deprecation in DEPRECATIONS:
+        release = changelog.split(f"\n## {deprecation.since} ")[1].split("\n## ")[0]
+        section = release.split("### Deprecated\n")[1].split("\n### ")[0]
+        assert f"`{deprecation.old}`" in section, f"{deprecation.old} is missing from CHANGELOG.md"
+
+
+def test_reference_lists_every_public_name_from_all() -> None:
+    reference = (ROOT / "docs" / "reference.md").read_text().split("## Public API\n")[1]
+    for module_name in PUBLIC_MODULES:
+        module = importlib.import_module(module_name)
+        section = reference.split(f"### `{module_name}`\n")[1].split("\n### ")[0]
+        for name in module.__all__:
+            assert hasattr(module, name) and f"| `{name}` |" in section, f"{module_name}.{name}"
+    for deprecation in DEPRECATIONS:
+        assert f"`{deprecation.old}`" in reference
+
+
 # ------------------------------------------------------------------------------- plugins that fail to load
 DATA = ROOT / "tests" / "data"
 BROKEN = {
@@ -225,6 +257,7 @@ BROKEN = {
     "broken-register": "evogan_broken_plugins.register_error",
     "broken-abstract": "evogan_broken_plugins.missing_method",
 }
+FROZEN = EntryPointPlugin("frozen-0-1", "frozen_plugin_0_1", "evogan-frozen-0-1", "0.1.0")
 
 
 def pretend_installed(monkeypatch: pytest.MonkeyPatch, *sources: EntryPointPlugin) -> None:
@@ -374,3 +407,103 @@ def test_a_worker_names_failed_plugins_once_per_node(capsys: pytest.CaptureFixtu
         f"worker rank 2: warning: {failure.warning()}",  # torchrun: each node's local rank 0
         f"worker rank 3: warning: {failure.warning()}",  # evogan run: into the worker's own log
     ]
+
+
+# ----------------------------------------------------------------------------- the plugin frozen at 0.1
+def test_the_frozen_0_1_plugin_loads_runs_and_fires_its_hooks(monkeypatch: pytest.MonkeyPatch, tiny_recipe) -> None:
+    monkeypatch.syspath_prepend(str(DATA / "frozen_plugin_0_1"))
+    monkeypatch.delitem(sys.modules, "frozen_plugin_0_1", raising=False)  # its import is what warns
+    pretend_installed(monkeypatch, FROZEN)
+    with pytest.warns(DeprecationWarning, match=OPTIONS_WARNING):
+        pm = make_plugin_manager()
+    assert not pm.failures and pm.get_plugin("frozen-0-1") is not None
+    frozen = sys.modules["frozen_plugin_0_1"]
+    drawn: list[int] = []
+    select = frozen.Roulette.select
+
+    def counted(self: Any, population: Any, k: int, *, rng: Any) -> Any:
+        drawn.append(k)
+        return select(self, population, k, rng=rng)
+
+    monkeypatch.setattr(frozen.Roulette, "select", counted)
+    run_dir = run_tiny(tiny_recipe(generations=2), overrides=['selection={use="roulette", temperature=0.5}'])
+    assert drawn, "the recipe's selection is the plugin's roulette"
+    check_frozen_events(run_dir, cells=4, generations=2)
+
+
+def check_frozen_events(run_dir: Path, *, cells: int, generations: int) -> None:
+    """The frozen plugin's hook log: each lifecycle event of the run, once."""
+    events = [json.loads(line) for line in (run_dir / "frozen-0-1-events.jsonl").read_text().splitlines()]
+    counts = Counter(event["hook"] for event in events)
+    assert counts["run_start"] == counts["run_end"] == 1
+    assert sorted((e["cell"], e["generation"]) for e in events if e["hook"] == "generation_end") == [
+        (c, g) for c in range(cells) for g in range(1, generations + 1)
+    ]
+    assert counts["exchange"] == cells * generations and counts["checkpoint"] >= cells
+
+
+# ------------------------------------------------------------------------ installed from outside the repo
+@pytest.fixture(scope="module")
+def third_party(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The frozen 0.1 plugin and the broken plugins, copied out of the repository and installed with pip
+    as a user would, into a throwaway directory on PYTHONPATH (no dependencies: evogan, pydantic and the
+    rest come from this environment). Returns the environment that sees them."""
+    root = tmp_path_factory.mktemp("third-party")
+    sources = [shutil.copytree(DATA / name, root / "src" / name) for name in ("frozen_plugin_0_1", "broken_plugins")]
+    site = root / "site-packages"
+    pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index"]
+    subprocess.run([*pip, "--target", str(site), *map(str, sources)], check=True, capture_output=True, text=True)
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])),
+        "PYTHONWARNINGS": "always::DeprecationWarning:frozen_plugin_0_1",  # the frozen plugin's own, only
+        "COLUMNS": "200",
+    }
+
+
+def evogan_command(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "evogan", *args], capture_output=True, text=True, env=env)
+
+
+DEPRECATED_OPTIONS = "DeprecationWarning: evogan.api.Options is deprecated since evogan 0.2.0"
+
+
+@pytest.mark.slow
+def test_installed_broken_plugins_are_listed_and_toy_ring_still_runs(
+    third_party: dict[str, str], tmp_path: Path
+) -> None:
+    listed = evogan_command(third_party, "plugins", "--json")
+    assert listed.returncode == 0, listed.stderr
+    rows = {row["name"]: row for row in json.loads(listed.stdout)}
+    assert {name: rows[name]["status"] for name in [*BROKEN, "frozen-0-1"]} == {
+        **dict.fromkeys(BROKEN, "failed"),
+        "frozen-0-1": "loaded",
+    }
+    broken_import = rows["broken-import"]
+    assert (broken_import["distribution"], broken_import["version"]) == ("evogan-broken-plugins", "0.1.0")
+    assert rows["frozen-0-1"]["distribution"] == "evogan-frozen-0-1"
+    assert "evogan_run_start" in rows["frozen-0-1"]["hooks"]
+
+    quick = ["--generations", "1", "--set", "problem.batches_per_generation=5", "--plain"]
+    toy_ring = str(ROOT / "recipes" / "toy-ring.toml")
+    ran = evogan_command(third_party, "run", toy_ring, "--output-dir", str(tmp_path), *quick)
+    assert ran.returncode == 0, ran.stderr
+    warnings = [line for line in ran.stderr.splitlines() if line.startswith("warning: plugin ")]
+    assert sorted(w.split()[2] for w in warnings) == sorted(BROKEN)
+    assert DEPRECATED_OPTIONS in ran.stderr and "Traceback" not in ran.stderr
+    (run_dir,) = tmp_path.glob("toy-ring-*")
+    check_frozen_events(run_dir, cells=4, generations=1)
+
+
+@pytest.mark.slow
+def test_installed_frozen_plugin_runs_in_worker_processes(third_party: dict[str, str], tmp_path: Path) -> None:
+    recipe = write_tiny_recipe(tmp_path, generations=2, overrides=['selection={use="roulette", temperature=0.5}'])
+    ran = evogan_command(third_party, "run", str(recipe), "--workers", "2", "--plain")
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stderr.count("warning: plugin ") == 3 and DEPRECATED_OPTIONS in ran.stderr
+    (run_dir,) = (tmp_path / "runs").glob("tiny-*")
+    check_frozen_events(run_dir, cells=4, generations=2)
+    for rank in (0, 1):  # each worker loads the plugins itself and logs, labelled, what failed
+        log = (run_dir / "logs" / f"worker-{rank:04d}.out").read_text()
+        assert DEPRECATED_OPTIONS in log
+        assert sorted(re.findall(rf"^worker rank {rank}: warning: plugin (\S+) ", log, flags=re.M)) == sorted(BROKEN)
