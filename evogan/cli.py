@@ -240,16 +240,17 @@ def plugins(as_json: bool, disable: tuple[str, ...]) -> None:
     if as_json:
         click.echo(json.dumps([info.__dict__ for info in infos], indent=2))
         return
-    table = Table(box=None, header_style="bold")
-    for column in ("plugin", "distribution", "version", "status"):
-        table.add_column(column, no_wrap=True)  # names whole, however narrow the terminal
-    table.add_column("hooks (or error)")
+    table = Table("plugin", "distribution", "version", "status", "hooks", box=None, header_style="bold")
     for info in infos:
+        failed = info.status == "failed"
+        status, hooks = ("[red]failed[/]", "-") if failed else (info.status, ", ".join(info.hooks))
+        table.add_row(info.name, info.distribution, info.version, status, hooks)
+    console = Console()
+    console.print(table)
+    for info in infos:  # whole lines, however narrow the terminal: what to report or block
         if info.status == "failed":
-            table.add_row(info.name, info.distribution, info.version, "[red]failed[/]", escape(info.error))
-        else:
-            table.add_row(info.name, info.distribution, info.version, info.status, ", ".join(info.hooks))
-    Console().print(table)
+            line = f"{info.name} ({info.distribution} {info.version}): {info.error}"
+            console.print(f"[red]failed:[/] {escape(line)}", soft_wrap=True)
 
 
 @cli.command()

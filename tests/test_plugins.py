@@ -366,7 +366,9 @@ def test_cli_lists_failed_plugins_warns_once_each_and_goes_on(
 ) -> None:
     listing = _cli("plugins")
     assert listing.exit_code == 0 and "warning" not in listing.stderr
-    assert all(re.search(rf"{name} +evogan-broken-plugins +0\.1\.0 +failed", listing.stdout) for name in BROKEN)
+    for name in BROKEN:  # a row, and the whole error on a line of its own
+        assert re.search(rf"^ *{name} +evogan-broken-plug\S* +0\.1\.0 +failed +- *$", listing.stdout, flags=re.M)
+        assert f"\nfailed: {name} (evogan-broken-plugins 0.1.0): " in listing.stdout
     rows = {row["name"]: row for row in json.loads(_cli("plugins", "--json").stdout)}
     assert rows["broken-import"]["status"] == "failed" and rows["broken-import"]["error"].startswith("ImportError")
     assert rows["example"]["status"] == "loaded" and rows["example"]["error"] == ""
