@@ -231,7 +231,7 @@ def test_fan_in_init_rescales_each_unit_by_its_active_share() -> None:
     assert torch.equal(convt.weight[:, 1], before[:, 1])
 
 
-@pytest.mark.parametrize(("init", "scaled"), [("fan_in", True), ("dense", False)])
+@pytest.mark.parametrize(("init", "scaled"), [("fan_in", True), ("unscaled", False)])
 def test_controller_init_option_chooses_the_initial_scale(init: str, scaled: bool) -> None:
     g, _ = pair()
     before = dict((n, p.detach().clone()) for n, p in g.network.named_parameters())
