@@ -230,7 +230,13 @@ def test_bad_messages_are_dropped_counted_and_the_receiver_keeps_working(
     wrong_cell = message(2, 0)
     wrong_cell[0] = envelope.topic(1)
     oversized = message(1, 0, size=2048)  # 8 KiB payload over a 4 KiB cap
+    header = json.loads(bytes(good[1]))
+    header["tensors"][0]["dtype"] = ["float32"]  # issue 28: a TypeError here used to be counted "invalid"
+    listed_dtype = [good[0], json.dumps(header).encode(), good[2]]
+    header = {**json.loads(bytes(good[1])), "generation": True}
     bad: dict[str, list[Any]] = {
+        "manifest": listed_dtype,
+        "header_fields": [good[0], json.dumps(header).encode(), good[2]],
         "frames": good[:2],
         "header_not_json": [good[0], b"\xff{not json", b""],
         "topic_mismatch": wrong_cell,
@@ -244,6 +250,9 @@ def test_bad_messages_are_dropped_counted_and_the_receiver_keeps_working(
         pub.send_multipart(frames)
     eventually(lambda: sum(receiver.stats().dropped.values()) >= len(bad))
     assert receiver.stats().dropped == dict.fromkeys(bad, 1)
+    for body in (b'{"cell": 1, "generation": 1' + b"0" * 5000 + b', "incarnation": 0}', b"[" * 4000):
+        pub.send_multipart([envelope.topic(1, b"H"), body])  # parser errors other than JSONDecodeError
+    eventually(lambda: receiver.stats().dropped["heartbeat"] == 3)
     pub.send_multipart(message(1, 7))
     got = receiver.gather(0, [1], 7, max_staleness=0, timeout=5)
     assert generation_of(got[1]) == 7
