@@ -217,6 +217,24 @@ def test_newer_incarnation_supersedes_and_older_is_dropped(stack: ExitStack) -> 
     assert b.generations(0) == [2]
 
 
+def test_replayed_and_out_of_order_messages_are_dropped_and_counted(stack: ExitStack, ctx: Sockets) -> None:
+    pub, endpoint = raw_publisher(ctx)
+    receiver = stack.enter_context(ZmqTransport(ZmqTransport.Options(keep=3)))
+    receiver.bind([0])
+    receiver.connect({1: endpoint}, {0: [1]})
+    await_subscription(pub, b"c00001.S00000")
+    sent = {generation: message(1, generation) for generation in range(4, 8)}
+    for generation in (4, 5, 7, 6):  # 6 arrives late but is still kept
+        pub.send_multipart(sent[generation])
+    eventually(lambda: receiver.generations(1) == [5, 6, 7])
+    pub.send_multipart(sent[6])  # a replay of a held message
+    pub.send_multipart(sent[4])  # older than every generation kept
+    eventually(lambda: sum(receiver.stats().dropped.values()) == 2)
+    assert receiver.stats().dropped == {"duplicate": 1, "stale": 1}
+    assert receiver.stats().received_messages == 4 and receiver.generations(1) == [5, 6, 7]
+    assert generation_of(receiver.gather(0, [1], 7, max_staleness=0, timeout=5)[1]) == 7
+
+
 # ------------------------------------------------------------------------------------------ validation
 def test_bad_messages_are_dropped_counted_and_the_receiver_keeps_working(
     stack: ExitStack, ctx: Sockets
