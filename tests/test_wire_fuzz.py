@@ -10,15 +10,22 @@ from __future__ import annotations
 
 import json
 import random
+import subprocess
+import sys
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import torch
 from test_codec import ADAPT, Pair, make_pair  # pytest puts tests/ on sys.path (rootdir conftest, prepend mode)
+from test_distributed import records, timings
 from wire_mutations import mutate
 
 from evogan.engine.codec import Manifest, Message
 from evogan.errors import MessageRejected
+from evogan.runtime.launcher import launch
+from evogan.runtime.placement import owner_of
+from evogan.runtime.single import prepare, run_in_process
 from evogan.testing import write_tiny_recipe
 from evogan.transport import envelope, zmq_io
 
@@ -109,3 +116,47 @@ def test_every_mutated_heartbeat_is_rejected_or_well_typed() -> None:
         assert body["cell"] == 4 and body["generation"] >= -1 and body["incarnation"] >= 0
         kept += 1
     assert 0 < kept < 500
+
+
+# ------------------------------------------------------------------------------------------ end to end
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_rogue_between_the_workers_changes_no_record_and_every_drop_is_counted(tiny_recipe, tmp_path: Path) -> None:
+    """A third process stands between every publisher and its subscribers (CURVE off; the cells advertise
+    127.0.0.2, the rogue binds there and forwards to 127.0.0.1) and sends garbage, replays and messages
+    older than any kept. The records equal the undisturbed single-process run's, and each rank's last
+    timings record counts exactly the drops the rogue caused (duplicates: at least, as a subscriber also
+    gets each publisher's latest message again when another subscribes). A forged message that passes
+    every check is not sent: without CURVE nothing can tell it from a real one."""
+    generations, keep = 5, 2
+    path = tiny_recipe(seed=6, generations=generations)
+    reference = prepare(path)
+    run_in_process(reference)
+    sets = ["run.workers=2", 'exchange.options.advertise="127.0.0.2"', f"exchange.options.keep={keep}"]
+    prepared = prepare(path, overrides=sets)
+    run_dir, stop = prepared.run_dir.path, tmp_path / "stop"
+    command = [sys.executable, str(Path(__file__).with_name("rogue_publisher.py")), str(run_dir), "4"]
+    rogue = subprocess.Popen([*command, str(generations), str(keep), str(stop)], stdout=subprocess.PIPE, text=True)
+    try:
+        summary = launch(prepared)
+    finally:
+        stop.touch()
+        out, _ = rogue.communicate(timeout=60)
+    assert rogue.returncode == 0, out
+    report = json.loads(out.splitlines()[-1])
+    assert summary["generations"] == generations
+    assert records(run_dir) == records(reference.run_dir.path)  # metrics.jsonl: "dropped" {} in both
+    caused: dict[int, Counter[str]] = {0: Counter(), 1: Counter()}
+    for subscriber, counts in report["deliveries"].items():
+        caused[owner_of(int(subscriber), 2, 4)].update(counts)
+    for rank, expected in caused.items():
+        last = max(
+            (t["transport"]["dropped"] for t in timings(run_dir) if owner_of(t["cell"], 2, 4) == rank),
+            key=lambda dropped: sum(dropped.values()),
+        )
+        assert {reason: last.get(reason, 0) for reason in expected if reason != "duplicate"} == {
+            reason: n for reason, n in expected.items() if reason != "duplicate"
+        }
+        assert last.get("duplicate", 0) >= expected["duplicate"] > 0
+        assert expected["stale"] > 0 and sum(expected.values()) > 100, expected
+    assert {"manifest", "header_fields", "header_not_json", "frames", "heartbeat"} <= set(caused[0]), caused
