@@ -75,6 +75,15 @@ def _at(tree: Any, path: Path) -> Any:
     return tree
 
 
+def _where(header: Any, kind: type, *, empty: bool = False) -> list[Path]:
+    """Paths of the header's nodes of ``kind``, the root included; only non-empty ones unless ``empty``."""
+    return [p for p in [(), *nodes(header)] if isinstance(_at(header, p), kind) and (empty or _at(header, p))]
+
+
+def _dotted(path: Path) -> str:
+    return ".".join(map(str, path))
+
+
 def _header(frames: Frames) -> dict[str, Any]:
     return json.loads(frames[1])
 
@@ -88,36 +97,39 @@ def odd_value(frames: Frames, rng: random.Random) -> tuple[str, Frames]:
     path = rng.choice(nodes(header))
     value = rng.choice(ODD_VALUES)
     _at(header, path[:-1])[path[-1]] = value
-    return f"{'.'.join(map(str, path))} = {value!r}", _with_header(frames, header)
+    return f"{_dotted(path)} = {value!r}", _with_header(frames, header)
+
+
+def _on_node(
+    frames: Frames, rng: random.Random, kind: type, change: Callable[[Any, Path, random.Random], str]
+) -> tuple[str, Frames]:
+    """``change`` a random non-empty node of ``kind`` (the root included); an odd value when there is none."""
+    header = _header(frames)
+    found = _where(header, kind)
+    if not found:
+        return odd_value(frames, rng)
+    path = rng.choice(found)
+    return change(_at(header, path), path, rng), _with_header(frames, header)
+
+
+def _drop(node: dict[str, Any], path: Path, rng: random.Random) -> str:
+    key = rng.choice(sorted(node))
+    del node[key]
+    return f"del {_dotted((*path, key))}"
 
 
 def drop_key(frames: Frames, rng: random.Random) -> tuple[str, Frames]:
-    header = _header(frames)
-    dicts = [p for p in [(), *nodes(header)] if isinstance(_at(header, p), dict) and _at(header, p)]
-    if not dicts:
-        return odd_value(frames, rng)
-    path = rng.choice(dicts)
-    key = rng.choice(sorted(_at(header, path)))
-    del _at(header, path)[key]
-    return f"del {'.'.join(map(str, (*path, key)))}", _with_header(frames, header)
+    return _on_node(frames, rng, dict, _drop)
 
 
 def add_key(frames: Frames, rng: random.Random) -> tuple[str, Frames]:
     header = _header(frames)
-    dicts = [p for p in [(), *nodes(header)] if isinstance(_at(header, p), dict)]
-    path, key, value = rng.choice(dicts), rng.choice(FIELD_NAMES), rng.choice(ODD_VALUES)
+    path, key, value = rng.choice(_where(header, dict, empty=True)), rng.choice(FIELD_NAMES), rng.choice(ODD_VALUES)
     _at(header, path)[key] = value
-    return f"{'.'.join(map(str, (*path, key)))} := {value!r}", _with_header(frames, header)
+    return f"{_dotted((*path, key))} := {value!r}", _with_header(frames, header)
 
 
-def reshuffle(frames: Frames, rng: random.Random) -> tuple[str, Frames]:
-    """Duplicate, drop, swap or reverse the items of a list (the manifest, a shape, a window)."""
-    header = _header(frames)
-    lists = [p for p in [(), *nodes(header)] if isinstance(_at(header, p), list) and _at(header, p)]
-    if not lists:
-        return odd_value(frames, rng)
-    path = rng.choice(lists)
-    items = _at(header, path)
+def _shuffle(items: list[Any], path: Path, rng: random.Random) -> str:
     how = rng.choice(("duplicate", "drop", "swap", "reverse"))
     i, j = rng.randrange(len(items)), rng.randrange(len(items))
     if how == "duplicate":
@@ -128,7 +140,12 @@ def reshuffle(frames: Frames, rng: random.Random) -> tuple[str, Frames]:
         items[i], items[j] = items[j], items[i]
     else:
         items.reverse()
-    return f"{how} in {'.'.join(map(str, path))}", _with_header(frames, header)
+    return f"{how} in {_dotted(path)}"
+
+
+def reshuffle(frames: Frames, rng: random.Random) -> tuple[str, Frames]:
+    """Duplicate, drop, swap or reverse the items of a list (the manifest, a shape, a window)."""
+    return _on_node(frames, rng, list, _shuffle)
 
 
 def nudge(frames: Frames, rng: random.Random) -> tuple[str, Frames]:
@@ -141,7 +158,7 @@ def nudge(frames: Frames, rng: random.Random) -> tuple[str, Frames]:
     old = _at(header, path)
     new = rng.choice((old + 1, old - 1, old * 2, -old, 0, old + 2**32, old * 10**6))
     _at(header, path[:-1])[path[-1]] = new
-    return f"{'.'.join(map(str, path))}: {old} -> {new}", _with_header(frames, header)
+    return f"{_dotted(path)}: {old} -> {new}", _with_header(frames, header)
 
 
 def cut_json(frames: Frames, rng: random.Random) -> tuple[str, Frames]:
