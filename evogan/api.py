@@ -633,6 +633,9 @@ class Received:
 
 @dataclass
 class TransportStats:
+    """What a transport counted; ``dropped`` maps a reason (``manifest``, ``header_fields``, ...) to the
+    messages dropped for it."""
+
     sent_messages: int = 0
     sent_bytes: int = 0
     received_messages: int = 0
@@ -666,6 +669,11 @@ class Transport(Component[OptionsT]):
         newest). Messages are ordered by their header's ``(generation, substep)``; the engine passes
         ``substep`` only for exchanges inside a generation (``exchange.every_batches``)."""
         raise NotImplementedError
+
+    def stats(self) -> TransportStats:
+        """Messages and bytes sent and received, and messages dropped by reason, since this transport
+        started (a worker writes them into its timings records); the default counts nothing."""
+        return TransportStats()
 
     def close(self) -> None:
         pass

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -54,28 +55,75 @@ def mutate_header(message: list[bytes], change) -> list[bytes]:
     return [message[0], json.dumps(header).encode(), message[2]]
 
 
+def entry(index: int, **fields) -> Callable[[list[bytes]], list[bytes]]:
+    """A message whose manifest entry ``index`` has ``fields`` replaced."""
+    return lambda m: mutate_header(m, lambda h: h["tensors"][index].update(fields))
+
+
+def field(**fields) -> Callable[[list[bytes]], list[bytes]]:
+    return lambda m: mutate_header(m, lambda h: h.update(fields))
+
+
 @pytest.mark.parametrize(
     ("broken", "reason"),
     [
-        (lambda m: m[:2], "expected 3 frames"),
-        (lambda m: [m[0], b"{not json", m[2]], "not JSON"),
-        (lambda m: [m[0], b"[1, 2]", m[2]], "not a JSON object"),
-        (lambda m: [b"c00004.M", m[1], m[2]], "topic does not match"),
-        (lambda m: [m[0], m[1], m[2][:-3]], "manifest says"),
-        (lambda m: mutate_header(m, lambda h: h.pop("generation")), "'generation' missing"),
-        (lambda m: mutate_header(m, lambda h: h.update(v=99)), "envelope version"),
-        (lambda m: mutate_header(m, lambda h: h["tensors"][0].update(dtype="complex")), "bad name or dtype"),
-        (lambda m: mutate_header(m, lambda h: h["tensors"][0].update(shape=[4, 4])), "length does not match"),
-        (lambda m: mutate_header(m, lambda h: h["tensors"][1].update(offset=0)), "not contiguous"),
+        (lambda m: m[:2], "^frames: expected 3, got 2"),
+        (lambda m: [m[0], b"{not json", m[2]], "^header: not JSON"),
+        (lambda m: [m[0], b"[1, 2]", m[2]], "^header: not a JSON object"),
+        (lambda m: [m[0], b"\xff" + m[1], m[2]], "^header: not JSON"),  # not UTF-8
+        (lambda m: [m[0], b"[" * 100_000 + b"]" * 100_000, m[2]], "^header: not JSON"),  # too deep to parse
+        (lambda m: [m[0], m[1].replace(b'"generation":2', b'"generation":' + b"9" * 5000), m[2]], "^header: not JSON"),
+        (lambda m: [m[0], b" " * (1 << 20) + m[1], m[2]], "^header: larger than 1 MiB"),
+        (lambda m: [b"c00004.M", m[1], m[2]], "^topic: does not match"),
+        (lambda m: [m[0], m[1], m[2][:-3]], "^payload: .* the manifest says"),
+        (lambda m: [m[0], m[1], bytes(m[2]) + b"\0"], "^payload: .* the manifest says"),
+        (lambda m: mutate_header(m, lambda h: h.pop("generation")), "^header.generation: missing"),
+        (field(v=99), "^header.v: envelope version 99"),
+        (field(v=True), "^header.v: not a non-negative integer"),  # bool is an int to Python, not here
+        (field(cell=[3]), "^header.cell: not a non-negative integer"),
+        (field(cell=100_003), "^topic: does not match"),  # a cell id wider than the topic
+        (field(generation=-1), "^header.generation: not a non-negative integer"),
+        (field(generation=2**63), "^header.generation: not a non-negative integer"),  # not int64
+        (field(sequence=1.0), "^header.sequence: not a non-negative integer"),
+        (field(incarnation=None), "^header.incarnation: not a non-negative integer"),
+        (field(substep=False), "^header.substep: not a count"),
+        (field(run=["r"]), "^header.run: not a string"),
+        (field(meta=[]), "^header.meta: not an object"),
+        (field(tensors={}), "^header.tensors: not a list"),
+        (lambda m: mutate_header(m, lambda h: h["tensors"].append(7)), "^manifest: entry 5 is not an object"),
+        # the reported defect: a dtype or name given as a JSON list or object raised TypeError
+        (entry(0, dtype=["float32"]), "^manifest.dtype: tensor 'generator/0.weight' has no known dtype"),
+        (entry(0, dtype={"float32": 1}), "^manifest.dtype: "),
+        (entry(0, name=["generator/0.weight"]), "^manifest.name: entry 0 has no name string"),
+        (entry(0, name={"a": 1}), "^manifest.name: entry 0 has no name string"),
+        (entry(1, name="generator/0.weight"), "^manifest.name: tensor 'generator/0.weight' appears twice"),
+        (entry(0, dtype="complex"), "^manifest.dtype: "),
+        (entry(0, shape=[4, 4]), "^manifest.length: tensor 'generator/0.weight' does not match"),
+        (entry(0, shape=[4, True, 3]), "^manifest.shape: "),
+        (entry(0, shape=[4, -3]), "^manifest.shape: "),
+        (entry(0, shape="4x3"), "^manifest.shape: "),
+        (entry(4, shape=[0, 2**62, 4]), "^manifest.shape: tensor 'empty'"),  # torch's strides would overflow
+        (entry(4, shape=[0] * 33), "^manifest.shape: tensor 'empty'"),
+        (entry(1, offset=0), "^manifest.offset: tensor 'generator/0.bias' does not start"),
+        (entry(0, offset=False), "^manifest.offset: "),
+        (entry(0, length=48.0), "^manifest.length: "),
+        (entry(0, length=2**70), "^manifest.length: "),
     ],
 )
-def test_malformed_messages_are_rejected_with_a_reason(broken, reason: str) -> None:
+def test_malformed_messages_are_rejected_with_a_reason_naming_the_field(broken, reason: str) -> None:
     with pytest.raises(MessageRejected, match=reason):
         envelope.decode(broken(frames()), max_bytes=1 << 20, expected=expected())
 
 
+def test_bool_tensors_hold_only_zero_and_one_bytes() -> None:
+    message = envelope.encode({"mask": torch.tensor([True, False, True])}, run="r", cell=0, generation=0)
+    assert envelope.decode(message, max_bytes=64).tensors["mask"].tolist() == [True, False, True]
+    with pytest.raises(MessageRejected, match=r"^payload: tensor 'mask' holds bool bytes other than 0 and 1"):
+        envelope.decode([message[0], message[1], b"\x01\x00\x02"], max_bytes=64)
+
+
 def test_oversized_and_wrong_shape_messages_are_rejected() -> None:
-    with pytest.raises(MessageRejected, match="exceeds the cap"):
+    with pytest.raises(MessageRejected, match=r"^payload: .* exceed the cap of 10"):
         envelope.decode(frames(), max_bytes=10)
     wrong = expected() | {"generator/0.weight": (torch.float32, (3, 4))}
     with pytest.raises(MessageRejected, match="differs from the local model"):

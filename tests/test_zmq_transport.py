@@ -217,6 +217,24 @@ def test_newer_incarnation_supersedes_and_older_is_dropped(stack: ExitStack) -> 
     assert b.generations(0) == [2]
 
 
+def test_replayed_and_out_of_order_messages_are_dropped_and_counted(stack: ExitStack, ctx: Sockets) -> None:
+    pub, endpoint = raw_publisher(ctx)
+    receiver = stack.enter_context(ZmqTransport(ZmqTransport.Options(keep=3)))
+    receiver.bind([0])
+    receiver.connect({1: endpoint}, {0: [1]})
+    await_subscription(pub, b"c00001.S00000")
+    sent = {generation: message(1, generation) for generation in range(4, 8)}
+    for generation in (4, 5, 7, 6):  # 6 arrives late but is still kept
+        pub.send_multipart(sent[generation])
+    eventually(lambda: receiver.generations(1) == [5, 6, 7])
+    pub.send_multipart(sent[6])  # a replay of a held message
+    pub.send_multipart(sent[4])  # older than every generation kept
+    eventually(lambda: sum(receiver.stats().dropped.values()) == 2)
+    assert receiver.stats().dropped == {"duplicate": 1, "stale": 1}
+    assert receiver.stats().received_messages == 4 and receiver.generations(1) == [5, 6, 7]
+    assert generation_of(receiver.gather(0, [1], 7, max_staleness=0, timeout=5)[1]) == 7
+
+
 # ------------------------------------------------------------------------------------------ validation
 def test_bad_messages_are_dropped_counted_and_the_receiver_keeps_working(
     stack: ExitStack, ctx: Sockets
@@ -230,7 +248,13 @@ def test_bad_messages_are_dropped_counted_and_the_receiver_keeps_working(
     wrong_cell = message(2, 0)
     wrong_cell[0] = envelope.topic(1)
     oversized = message(1, 0, size=2048)  # 8 KiB payload over a 4 KiB cap
+    header = json.loads(bytes(good[1]))
+    header["tensors"][0]["dtype"] = ["float32"]  # issue 28: a TypeError here used to be counted "invalid"
+    listed_dtype = [good[0], json.dumps(header).encode(), good[2]]
+    header = {**json.loads(bytes(good[1])), "generation": True}
     bad: dict[str, list[Any]] = {
+        "manifest": listed_dtype,
+        "header_fields": [good[0], json.dumps(header).encode(), good[2]],
         "frames": good[:2],
         "header_not_json": [good[0], b"\xff{not json", b""],
         "topic_mismatch": wrong_cell,
@@ -244,6 +268,9 @@ def test_bad_messages_are_dropped_counted_and_the_receiver_keeps_working(
         pub.send_multipart(frames)
     eventually(lambda: sum(receiver.stats().dropped.values()) >= len(bad))
     assert receiver.stats().dropped == dict.fromkeys(bad, 1)
+    for body in (b'{"cell": 1, "generation": 1' + b"0" * 5000 + b', "incarnation": 0}', b"[" * 4000):
+        pub.send_multipart([envelope.topic(1, b"H"), body])  # parser errors other than JSONDecodeError
+    eventually(lambda: receiver.stats().dropped["heartbeat"] == 3)
     pub.send_multipart(message(1, 7))
     got = receiver.gather(0, [1], 7, max_staleness=0, timeout=5)
     assert generation_of(got[1]) == 7

@@ -3,13 +3,16 @@ weights, masks, optimizer state and facts.
 
 Everything a message must pass before a cell adopts it lives here: the envelope's own checks
 (:func:`evogan.transport.envelope.decode`), the sender (the topic's cell, the run), the recipe digest,
-the tensor manifest against the local model, the sparse encoding and the optimizer state. A failure
-raises :class:`~evogan.errors.MessageRejected` (the cell drops and counts it), except a neighbour whose
-messages never carried this recipe: that is a misconfigured run, stopped at once with the cell named.
+the tensor manifest against the local model, the sparse encoding, the optimizer state (keys and shapes as
+this cell's own optimizer keeps them) and the meta fields (learning rate, id, fitness, controller state),
+each type-checked before use. A failure raises :class:`~evogan.errors.MessageRejected` naming the field
+(the cell drops and counts it), except a neighbour whose messages never carried this recipe: that is a
+misconfigured run, stopped at once with the cell named.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -17,10 +20,10 @@ from typing import Any
 import torch
 
 from evogan.api import ROLES, Role
-from evogan.engine.optimizer_state import checked_state, optimizer_tensors, split
+from evogan.engine.optimizer_state import checked_state, moment_manifest, optimizer_tensors, split, state_layout
 from evogan.errors import MessageRejected, RunFailure
 from evogan.individual import Individual
-from evogan.sparse.wire import decode_sparse, encode_sparse, sparse_meta
+from evogan.sparse.wire import check_sparse_meta, decode_sparse, encode_sparse, sparse_meta
 from evogan.transport import envelope
 
 Manifest = Mapping[str, tuple[torch.dtype, tuple[int, ...]]]
@@ -70,6 +73,10 @@ class Codec:
         self.cell, self.run_id, self.recipe = cell, run_id, recipe
         self.optimizer_state, self.max_bytes = optimizer_state, max_bytes
         self.agreed: set[int] = set()  # neighbours whose messages carried this recipe at least once
+        # What this cell's own messages held, per role (learnt in encode; a run's cells publish before
+        # they first gather): a neighbour's optimizer and controller state must look the same.
+        self.layouts: dict[str, dict[str, bool]] = {}
+        self.sparse: dict[str, dict[str, Any] | None] = {}
 
     def encode(
         self,
@@ -90,8 +97,10 @@ class Codec:
             tensors.update(encode_sparse(state, {f"{role}/{k}": m for k, m in masks.items()}))
             if self.optimizer_state:
                 tensors.update(encode_sparse(*optimizer_tensors(role, individual)))
+                self.layouts[role] = state_layout(individual) or self.layouts.get(role, {})
             if individual.sparse:
                 sparse_info[role] = sparse_meta(individual.sparse)
+            self.sparse[role] = sparse_info.get(role)
         meta = {
             "recipe": self.recipe,
             # an offspring inside a generation has no fitness yet: None keeps the receiver's last value
@@ -113,27 +122,43 @@ class Codec:
 
     def decode(self, peer: int, frames: Any, expected: Manifest) -> Message:
         """Check and decode ``peer``'s message against the local model's ``expected`` manifest
-        (prefixed names such as ``generator/0.weight`` -> dtype and shape)."""
+        (prefixed names such as ``generator/0.weight`` -> dtype and shape). Every failure is
+        ``MessageRejected`` naming the field, before anything of the message is used."""
         received = envelope.decode(frames, max_bytes=self.max_bytes)
         header = received.header
         self._check_sender(peer, header)
+        meta = header["meta"]
+        facts = {key: _per_role(meta, key) for key in ("fitness", "lr", "uid", "sparse")}
         weights, moments = split(received.tensors)
         state, masks = decode_sparse(weights, expected)
-        optimizer = checked_state(*decode_sparse(moments), expected, masks)
-        meta = header["meta"]
+        sparse_moments, moment_masks = decode_sparse(moments, moment_manifest(moments, expected), complete=False)
+        optimizer = checked_state(sparse_moments, moment_masks, expected, masks, self.layouts)
         models = {}
         for role in ROLES:
             prefix = f"{role}/"
-            lr, uid = meta.get("lr", {}).get(role), meta.get("uid", {}).get(role)
-            loss = meta.get("fitness", {}).get(role)
+            lr, uid, loss = facts["lr"].get(role), facts["uid"].get(role), facts["fitness"].get(role)
+            if lr is not None and not (_number(lr) and math.isfinite(lr) and lr >= 0):
+                raise MessageRejected(f"meta.lr: the {role}'s learning rate is not a finite number >= 0")
+            if uid is not None and not isinstance(uid, str):
+                raise MessageRejected(f"meta.uid: the {role}'s id is not a string")
+            if loss is not None and not _number(loss):
+                raise MessageRejected(f"meta.fitness: the {role}'s loss is not a number")
+            role_masks = {k[len(prefix) :]: m for k, m in masks.items() if k.startswith(prefix)}
+            sparse = facts["sparse"].get(role)
+            if role not in facts["sparse"] and role_masks:
+                raise MessageRejected(f"meta.sparse: the {role} has masks but no controller state")
+            if sparse and role in self.sparse and self.sparse[role] is None:
+                raise MessageRejected(f"meta.sparse: the {role} has a controller state, this cell's none")
+            if role in facts["sparse"]:
+                sparse = check_sparse_meta(sparse, role, self.sparse.get(role)) or None
             models[role] = Model(
                 weights={k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)},
-                masks={k[len(prefix) :]: m for k, m in masks.items() if k.startswith(prefix)},
+                masks=role_masks,
                 optimizer=optimizer.get(role),
                 lr=None if lr is None else float(lr),
-                uid=None if uid is None else str(uid),
-                fitness=float(loss) if isinstance(loss, int | float) else None,
-                sparse=meta.get("sparse", {}).get(role) or None,
+                uid=uid,
+                fitness=None if loss is None else float(loss),
+                sparse=sparse,
             )
         return Message(header=header, models=models)
 
@@ -143,6 +168,8 @@ class Codec:
         if header["run"] != self.run_id:
             raise MessageRejected("sender: message from another run")
         theirs = header["meta"].get("recipe")
+        if not isinstance(theirs, str):
+            raise MessageRejected("meta.recipe: not a string")
         if theirs == self.recipe:
             self.agreed.add(peer)
             return
@@ -152,6 +179,18 @@ class Codec:
                 "(recipe hash differs): every node must run the same recipe"
             )
         raise MessageRejected("recipe hash differs: nodes run different recipes")
+
+
+def _per_role(meta: Mapping[str, Any], key: str) -> dict[str, Any]:
+    """``meta[key]``: an object of role -> value (absent: empty); any other shape is rejected."""
+    value = meta.get(key, {})
+    if not isinstance(value, dict) or not set(value) <= set(ROLES):
+        raise MessageRejected(f"meta.{key}: not an object of roles")
+    return value
+
+
+def _number(value: Any) -> bool:
+    return type(value) in (int, float)  # a JSON number; never a bool
 
 
 def _loss_or_none(individual: Individual) -> float | None:

@@ -11,7 +11,7 @@ the receiver builds the optimizer from its own recipe and the sender's learning 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import cast
 
 import torch
@@ -19,6 +19,7 @@ import torch
 from evogan.api import Role
 from evogan.errors import MessageRejected
 from evogan.individual import Individual
+from evogan.sparse.wire import VALUES
 
 PREFIX = "optimizer/"
 
@@ -48,6 +49,35 @@ def optimizer_tensors(
     return tensors, tensor_masks
 
 
+def state_layout(individual: Individual) -> dict[str, bool]:
+    """Key -> whether it is per element (shaped like its parameter) in ``individual``'s optimizer state:
+    what a neighbour's state must look like for this optimizer to step on it (Adam: ``step`` is a
+    scalar, ``exp_avg`` and ``exp_avg_sq`` per element). Empty before the first step."""
+    layout: dict[str, bool] = {}
+    for group in individual.optimizer.param_groups:
+        for param in group["params"]:
+            for key, value in individual.optimizer.state.get(param, {}).items():
+                per_element = isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape == param.shape
+                layout[key] = layout.get(key, False) or per_element
+    return layout
+
+
+def moment_manifest(
+    names: Iterable[str], expected: Mapping[str, tuple[torch.dtype, tuple[int, ...]]]
+) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
+    """Dense name -> its parameter's (dtype, shape) for optimizer tensors sent as values plus bitmap, so
+    that :func:`~evogan.sparse.wire.decode_sparse` checks a bitmap's shape before densifying it."""
+    out = {}
+    for name in names:
+        if name.endswith(VALUES):
+            dense = name.removesuffix(VALUES)
+            target = expected.get(dense[len(PREFIX) :].rpartition("/")[0])
+            if target is None:
+                raise MessageRejected(f"optimizer state: tensor {dense!r} names no local parameter")
+            out[dense] = target
+    return out
+
+
 def split(tensors: Mapping[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """``(model tensors, optimizer tensors)`` of a decoded envelope."""
     model = {k: v for k, v in tensors.items() if not k.startswith(PREFIX)}
@@ -60,13 +90,16 @@ def checked_state(
     masks: Mapping[str, torch.Tensor],
     expected: Mapping[str, tuple[torch.dtype, tuple[int, ...]]],
     weight_masks: Mapping[str, torch.Tensor],
+    layouts: Mapping[str, Mapping[str, bool]] | None = None,
 ) -> dict[Role, dict[str, dict[str, torch.Tensor]]]:
     """Role -> parameter name -> key -> tensor, from decoded optimizer tensors; anything a local
-    optimizer could not load raises :class:`MessageRejected`.
+    optimizer could not load or step on raises :class:`MessageRejected`.
 
     :param expected: the local model's ``role/name -> (dtype, shape)``, as the weights are checked.
     :param weight_masks: the masks that came with the weights (``role/name``); a masked parameter's
         per-element state must come with the same mask.
+    :param layouts: role -> this cell's own :func:`state_layout`, where known: a neighbour's state must
+        have exactly its keys, each per element or scalar alike (else the first step would fail).
     """
     out: dict[Role, dict[str, dict[str, torch.Tensor]]] = {}
     for name, tensor in state.items():
@@ -89,6 +122,16 @@ def checked_state(
         keys = {frozenset(entry) for entry in parameters.values()}
         if len(keys) != 1:
             raise MessageRejected(f"optimizer state: the {role}'s parameters carry different keys")
+        layout = (layouts or {}).get(role)
+        if not layout:
+            continue
+        if keys.pop() != set(layout):
+            raise MessageRejected(f"optimizer state: the {role}'s keys are not this optimizer's")
+        for parameter, entry in parameters.items():
+            shape = expected[f"{role}/{parameter}"][1]
+            for key, tensor in entry.items():
+                if tuple(tensor.shape) != (shape if layout[key] else ()):
+                    raise MessageRejected(f"optimizer state: {role} {key!r} of {parameter!r} is not shaped as here")
     return out
 
 
@@ -106,4 +149,12 @@ def load_optimizer_state(individual: Individual, state: Mapping[str, Mapping[str
     optimizer.load_state_dict(packed)
 
 
-__all__ = ["PREFIX", "checked_state", "load_optimizer_state", "optimizer_tensors", "split"]
+__all__ = [
+    "PREFIX",
+    "checked_state",
+    "load_optimizer_state",
+    "moment_manifest",
+    "optimizer_tensors",
+    "split",
+    "state_layout",
+]

@@ -173,6 +173,8 @@ def run_worker(
     pid_path(directory.path, env.rank).write_text(f"{os.getpid()}\n")
     try:
         endpoints = transport.bind(mine)
+        where = ", ".join(f"cell {c} at {e}" for c, e in endpoints.items())
+        print(f"worker rank {env.rank} publishes {where}", flush=True)  # what a firewall must let through
         tag = f"run {directory.run_id} recipe {recipe.digest}"
         try:
             dist.init_process_group("gloo", timeout=timedelta(seconds=timeout))
@@ -196,13 +198,15 @@ def run_worker(
             flush=True,
         )
         def annotate(cell: int) -> dict[str, Any]:
-            ages = transport.liveness()
+            ages, stats = transport.liveness(), transport.stats()
             return {
                 "liveness": {
                     str(p): (round(ages[p], 3) if math.isfinite(ages[p]) else None)
                     for p in topology.neighbours(cell)
                     if p in ages
-                }
+                },
+                # this process's transport since it started: messages received, and dropped by reason
+                "transport": {"received": stats.received_messages, "dropped": dict(stats.dropped)},
             }
 
         driver = WorkerDriver(

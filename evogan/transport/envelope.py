@@ -4,8 +4,11 @@ The header carries who sent the message (run, cell, generation, sequence, incarn
 batches past that generation the models are (``substep``: 0 at a generation's end, k, 2k, ... for the
 exchanges inside the next one; messages order by ``(generation, substep)``), free-form
 ``meta`` (fitness, hyper-parameters, ...) and a manifest of tensors (name, dtype, shape, offset, length).
-The payload is the tensors' bytes back to back. :func:`decode` checks everything before it trusts a byte;
-any failure raises :class:`~evogan.errors.MessageRejected` with a short reason that receivers count.
+The payload is the tensors' bytes back to back. :func:`decode` checks everything before it trusts a byte:
+every header field and manifest entry is type-checked (non-negative int64 counts, never a bool; strings;
+known dtype names; shapes, offsets and lengths that add up to the payload), per message, not per element.
+Any failure raises :class:`~evogan.errors.MessageRejected` with a reason ``field: detail`` (such as
+``manifest.dtype: tensor 'w' has no known dtype name``); receivers count drops by the field.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 import torch
@@ -36,16 +39,42 @@ DTYPES: dict[str, torch.dtype] = {
     "bool": torch.bool,
 }
 DTYPE_NAMES = {dtype: name for name, dtype in DTYPES.items()}
-_REQUIRED: dict[str, type | tuple[type, ...]] = {
-    "v": int,
-    "run": str,
-    "cell": int,
-    "generation": int,
-    "sequence": int,
-    "incarnation": int,
-    "meta": dict,
-    "tensors": list,
-}
+ITEMSIZE = {name: torch.empty(0, dtype=dtype).element_size() for name, dtype in DTYPES.items()}
+MAX_COUNT = 2**63 - 1  # counters, offsets and dimensions are int64 wherever they end up
+MAX_DIMS = 32
+# A zero-size shape may name huge other dimensions; torch's int64 stride arithmetic overflows on them.
+MAX_ELEMENTS = 1 << 48
+MAX_HEADER_BYTES = 1 << 20
+_FIELDS: tuple[tuple[str, type, str], ...] = (  # required header fields: (key, type, what it must be)
+    *((key, int, "a non-negative integer") for key in ("v", "cell", "generation", "sequence", "incarnation")),
+    ("run", str, "a string"),
+    ("meta", dict, "an object"),
+    ("tensors", list, "a list"),
+)
+
+
+def is_count(value: object) -> TypeGuard[int]:
+    """A JSON integer >= 0 that fits int64. ``type(...) is int`` keeps ``true``/``false`` out."""
+    return type(value) is int and 0 <= value <= MAX_COUNT
+
+
+def is_shape(value: object) -> TypeGuard[list[int]]:
+    """A list of at most ``MAX_DIMS`` counts whose product (zeros counted as ones) torch can stride."""
+    return (
+        isinstance(value, list)
+        and len(value) <= MAX_DIMS
+        and all(is_count(d) for d in value)
+        and math.prod(max(d, 1) for d in value) <= MAX_ELEMENTS
+    )
+
+
+def load_json(raw: bytes | memoryview, what: str) -> Any:
+    """JSON from a peer; anything Python's parser refuses (bad UTF-8, syntax, a number of thousands of
+    digits, nesting too deep to parse) is ``MessageRejected`` naming ``what``."""
+    try:
+        return json.loads(bytes(raw))
+    except (ValueError, RecursionError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise MessageRejected(f"{what}: not JSON") from None
 
 
 def topic(cell: int, kind: bytes = MODEL_KIND) -> bytes:
@@ -112,49 +141,63 @@ def _reject(reason: str) -> MessageRejected:
 
 
 def parse_header(frames: Sequence[bytes | memoryview], *, max_bytes: int) -> dict[str, Any]:
-    """Validate frame layout, topic and header; return the header. Reads no payload byte."""
+    """Validate frame layout, topic, header and manifest; return the header. Reads no payload byte.
+
+    Every field is type-checked before it is used; a failure names it (``header.cell: ...``,
+    ``manifest.dtype: ...``), and the text before the first colon is what receivers count by."""
     if len(frames) != 3:
-        raise _reject(f"expected 3 frames, got {len(frames)}")
+        raise _reject(f"frames: expected 3, got {len(frames)}")
     topic_frame, header_frame, payload = (bytes(frames[0]), frames[1], frames[2])
-    if len(header_frame) > 1 << 20:
-        raise _reject("header larger than 1 MiB")
+    if len(header_frame) > MAX_HEADER_BYTES:
+        raise _reject("header: larger than 1 MiB")
     if len(payload) > max_bytes:
-        raise _reject(f"payload of {len(payload)} bytes exceeds the cap of {max_bytes}")
-    try:
-        header = json.loads(bytes(header_frame))
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise _reject("header is not JSON") from None
+        raise _reject(f"payload: {len(payload)} bytes exceed the cap of {max_bytes}")
+    header = load_json(header_frame, "header")
     if not isinstance(header, dict):
-        raise _reject("header is not a JSON object")
-    for key, kind in _REQUIRED.items():
-        if not isinstance(header.get(key), kind) or isinstance(header.get(key), bool):
-            raise _reject(f"header field {key!r} missing or of the wrong type")
-    substep = header.setdefault("substep", 0)
-    if not isinstance(substep, int) or isinstance(substep, bool) or substep < 0:
-        raise _reject("header field 'substep' is not a count of batches")
+        raise _reject("header: not a JSON object")
+    for key, kind, what in _FIELDS:
+        if key not in header:
+            raise _reject(f"header.{key}: missing")
+        if not (is_count(header[key]) if kind is int else isinstance(header[key], kind)):
+            raise _reject(f"header.{key}: not {what}")
+    if not is_count(header.setdefault("substep", 0)):
+        raise _reject("header.substep: not a count of batches")
     if header["v"] != FORMAT_VERSION:
-        raise _reject(f"envelope version {header['v']} (this side speaks {FORMAT_VERSION})")
-    if header["cell"] < 0 or topic_frame[: TOPIC_WIDTH + 2] != topic_prefix(header["cell"]):
-        raise _reject("topic does not match the header's cell")
+        raise _reject(f"header.v: envelope version {header['v']} (this side speaks {FORMAT_VERSION})")
+    if header["cell"] >= 10**TOPIC_WIDTH or topic_frame[: TOPIC_WIDTH + 2] != topic_prefix(header["cell"]):
+        raise _reject("topic: does not match the header's cell")
+    end = _check_manifest(header["tensors"], len(payload))
+    if end != len(payload):
+        raise _reject(f"payload: {len(payload)} bytes, the manifest says {end}")
+    return header
+
+
+def _check_manifest(manifest: list[Any], payload: int) -> int:
+    """Check each entry of the tensor manifest in order; return where the last tensor ends."""
     end = 0
-    for entry in header["tensors"]:
+    names: set[str] = set()
+    for index, entry in enumerate(manifest):
         if not isinstance(entry, dict):
-            raise _reject("manifest entry is not an object")
+            raise _reject(f"manifest: entry {index} is not an object")
         name, dtype, shape = entry.get("name"), entry.get("dtype"), entry.get("shape")
         offset, length = entry.get("offset"), entry.get("length")
-        if not isinstance(name, str) or dtype not in DTYPES:
-            raise _reject(f"manifest entry {name!r}: bad name or dtype")
-        if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
-            raise _reject(f"tensor {name!r}: bad shape")
-        if not isinstance(offset, int) or not isinstance(length, int) or offset != end:
-            raise _reject(f"tensor {name!r}: offsets are not contiguous")
-        itemsize = torch.empty(0, dtype=DTYPES[dtype]).element_size()
-        if length != math.prod(shape) * itemsize:
-            raise _reject(f"tensor {name!r}: length does not match shape and dtype")
-        end = offset + length
-    if end != len(payload):
-        raise _reject(f"payload is {len(payload)} bytes, manifest says {end}")
-    return header
+        if not isinstance(name, str):
+            raise _reject(f"manifest.name: entry {index} has no name string")
+        if name in names:
+            raise _reject(f"manifest.name: tensor {name!r} appears twice")
+        names.add(name)
+        if not isinstance(dtype, str) or dtype not in DTYPES:
+            raise _reject(f"manifest.dtype: tensor {name!r} has no known dtype name")
+        if not is_shape(shape):
+            raise _reject(f"manifest.shape: tensor {name!r} has no valid shape")
+        if not is_count(offset) or offset != end:
+            raise _reject(f"manifest.offset: tensor {name!r} does not start where the one before ends")
+        if not is_count(length) or length != math.prod(shape) * ITEMSIZE[dtype]:
+            raise _reject(f"manifest.length: tensor {name!r} does not match its shape and dtype")
+        end += length
+        if end > payload:
+            raise _reject(f"payload: {payload} bytes, the manifest says more")
+    return end
 
 
 def decode(
@@ -172,11 +215,13 @@ def decode(
         if sorted(names) != sorted(expected):
             missing = sorted(set(expected) - set(names))[:3]
             extra = sorted(set(names) - set(expected))[:3]
-            raise _reject(f"tensor names differ from the local model (missing {missing}, unexpected {extra})")
+            raise _reject(
+                f"manifest: tensor names differ from the local model (missing {missing}, unexpected {extra})"
+            )
         for entry in manifest:
             dtype, shape = expected[entry["name"]]
             if DTYPES[entry["dtype"]] != dtype or tuple(entry["shape"]) != tuple(shape):
-                raise _reject(f"tensor {entry['name']!r}: dtype or shape differs from the local model")
+                raise _reject(f"manifest: tensor {entry['name']!r} differs from the local model in dtype or shape")
     raw = np.frombuffer(frames[2], dtype=np.uint8)
     tensors: dict[str, torch.Tensor] = {}
     for entry in manifest:
@@ -185,6 +230,8 @@ def decode(
             tensors[entry["name"]] = torch.empty(entry["shape"], dtype=dtype)
             continue
         chunk = torch.from_numpy(raw[entry["offset"] : entry["offset"] + entry["length"]].copy())
+        if dtype is torch.bool and int(chunk.max()) > 1:  # any other byte is not a bool torch can use
+            raise _reject(f"payload: tensor {entry['name']!r} holds bool bytes other than 0 and 1")
         tensors[entry["name"]] = chunk.view(dtype).reshape(entry["shape"])
     return Received(header=header, tensors=tensors)
 
@@ -201,8 +248,12 @@ def payload_size(frames: Sequence[bytes | memoryview]) -> int:
 __all__ = [
     "DTYPES",
     "FORMAT_VERSION",
+    "MAX_COUNT",
     "decode",
     "encode",
+    "is_count",
+    "is_shape",
+    "load_json",
     "parse_header",
     "payload_size",
     "stamp",

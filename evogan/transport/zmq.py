@@ -59,9 +59,14 @@ class _State:
             if incarnation > self.incarnation.get(peer, incarnation):
                 held.clear()  # the peer restarted; its new history supersedes the old one
             self.incarnation[peer] = incarnation
-            held[stamp(header)] = frames
-            forget_old(held, self.keep)
             self.seen[peer] = time.monotonic()
+            key = stamp(header)
+            if key in held and bytes(held[key][1]) == bytes(frames[1]):
+                return "duplicate"  # a replay (or the last-value resend to a new subscriber): held already
+            held[key] = frames
+            forget_old(held, self.keep)
+            if key not in held:
+                return "stale"  # older than every generation kept: it would never be gathered
             self.stats.received_messages += 1
             self.stats.received_bytes += size
             self.cond.notify_all()

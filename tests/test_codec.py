@@ -1,0 +1,192 @@
+"""A cell's codec: the meta fields, the optimizer state and the controller state of a neighbour's message are
+type-checked before use, and a failure is a ``MessageRejected`` counted under the field it names."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from evogan.engine.cell import Cell
+from evogan.engine.codec import Manifest
+from evogan.engine.optimizer_state import PREFIX
+from evogan.engine.run import build_settings
+from evogan.errors import MessageRejected
+from evogan.plugins import make_plugin_manager
+from evogan.recipe import load as load_recipe
+from evogan.registry import Registries
+from evogan.testing import write_tiny_recipe
+from evogan.transport import envelope
+
+# ADAPT with short windows, so the discriminator's balance state (window, calibration, band) is filled
+ADAPT = (
+    '{use="adapt-relax", density_g=0.5, density_d=0.5, br_freq=1, da_iters=2, d_interval=2, g_interval=2, '
+    'total_steps=16, band="auto", band_warmup=2, verify="both"}'
+)
+
+
+@dataclass
+class Pair:
+    """A trained sender's valid message and a receiver that has published its own (as a run's cells do
+    before they first gather) and agreed on the recipe with the sender."""
+
+    good: list[bytes]
+    receiver: Cell
+    expected: Manifest
+
+
+def make_pair(path: Path, sets: tuple[str, ...]) -> Pair:
+    """Two cells of the recipe at ``path`` with ``sets``, one generation trained each."""
+    registries = Registries.from_plugin_manager(make_plugin_manager())
+    settings = build_settings(load_recipe(path, registries, list(sets)), registries, None, torch.device("cpu"))
+    sender, receiver = Cell(0, (1,), settings), Cell(1, (0,), settings)
+    for cell in (sender, receiver):
+        cell.initialise()
+        cell.step()  # optimizer state and controller state exist
+    receiver.message()
+    good = [bytes(frame) for frame in sender.message()]
+    assert receiver.receive({0: good}) and not receiver.exchange.dropped, "the valid message must be adopted"
+    return Pair(good, receiver, receiver._expected_manifest())
+
+
+@pytest.fixture(scope="module")
+def sparse(tmp_path_factory: pytest.TempPathFactory) -> Pair:
+    torch.set_num_threads(1)
+    path = write_tiny_recipe(tmp_path_factory.mktemp("codec"), seed=5)
+    return make_pair(path, ("exchange.optimizer_state=true", f"sparsity={ADAPT}"))
+
+
+@pytest.fixture(scope="module")
+def dense(tmp_path_factory: pytest.TempPathFactory) -> Pair:
+    torch.set_num_threads(1)
+    return make_pair(write_tiny_recipe(tmp_path_factory.mktemp("codec"), seed=5), ("exchange.optimizer_state=true",))
+
+
+def with_meta(p: Pair, change: Callable[[dict[str, Any]], None]) -> list[bytes]:
+    header = json.loads(p.good[1])
+    change(header["meta"])
+    return [p.good[0], json.dumps(header).encode(), p.good[2]]
+
+
+def setter(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    """Set ``meta[a][b]...`` (a dotted path) to ``value``."""
+
+    def change(meta: dict[str, Any]) -> None:
+        *parents, last = path.split(".")
+        for key in parents:
+            meta = meta[key]
+        meta[last] = value
+
+    return change
+
+
+def rejected(p: Pair, frames: list[bytes], reason: str) -> None:
+    with pytest.raises(MessageRejected, match=reason):
+        p.receiver.codec.decode(0, frames, p.expected)
+    before = dict(p.receiver.exchange.dropped)
+    assert p.receiver.receive({0: frames}) == {}
+    key = reason.lstrip("^").split(":")[0].replace("\\", "")
+    assert p.receiver.exchange.dropped[key] == before.get(key, 0) + 1  # counted under the field
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "reason"),
+    [
+        ("recipe", ["a"], "^meta.recipe: not a string"),
+        ("lr", [0.1], "^meta.lr: not an object of roles"),
+        ("lr", {"generator": 0.1, "critic": 0.1}, "^meta.lr: not an object of roles"),
+        ("lr.generator", -0.001, "^meta.lr: the generator's learning rate is not a finite number >= 0"),
+        ("lr.generator", float("nan"), "^meta.lr: "),
+        ("lr.discriminator", "0.1", "^meta.lr: "),
+        ("lr.discriminator", True, "^meta.lr: "),
+        ("uid.generator", 7, "^meta.uid: the generator's id is not a string"),
+        ("fitness.generator", "low", "^meta.fitness: the generator's loss is not a number"),
+        ("fitness", None, "^meta.fitness: not an object of roles"),
+        ("sparse", [], "^meta.sparse: not an object of roles"),
+        ("sparse.generator", "dense", "^meta.sparse: the generator's state is not an object"),
+        ("sparse.generator.sema", {"0.weight": [1.0]}, "^meta.sparse: the generator's state carries 'sema'"),
+        ("sparse.generator.masks", {}, "^meta.sparse: the generator's state carries 'masks'"),
+        ("sparse.generator.controller", "rigl", "^meta.sparse: the generator's controller is not this cell's"),
+        ("sparse.generator.format", 1, "^meta.sparse: the generator's format is not this cell's"),
+        ("sparse.generator.role", "discriminator", "^meta.sparse: the generator's state names another role"),
+        ("sparse.generator.steps", -1, "^meta.sparse: the generator's field 'steps' is malformed"),
+        ("sparse.generator.density", 1.5, "^meta.sparse: the generator's field 'density' is malformed"),
+        ("sparse.generator.ledger", {"train": 0.0}, "^meta.sparse: the generator's field 'ledger.dense' is malformed"),
+        ("sparse.discriminator.balance.window", [[1.0, 2.0]], "^meta.sparse: .*'balance.window' is malformed"),
+        ("sparse.discriminator.balance.pending", 0, "^meta.sparse: .*'balance.pending' is malformed"),
+        ("sparse.discriminator.balance.band", "auto", "^meta.sparse: .*'balance.band' is malformed"),
+        ("sparse.discriminator.keep_dense", [None], "^meta.sparse: .*'keep_dense' is malformed"),
+    ],
+)
+def test_bad_meta_fields_are_rejected_naming_the_field(sparse: Pair, path: str, value: Any, reason: str) -> None:
+    rejected(sparse, with_meta(sparse, setter(path, value)), reason)
+
+
+def test_masks_without_controller_state_and_state_without_masks_are_rejected(sparse: Pair, dense: Pair) -> None:
+    unmasked = with_meta(sparse, lambda meta: meta["sparse"].pop("generator"))
+    rejected(sparse, unmasked, "^meta.sparse: the generator has masks")
+    state = json.loads(sparse.good[1])["meta"]["sparse"]
+    rejected(dense, with_meta(dense, setter("sparse", state)), "^meta.sparse: the generator has a controller state")
+
+
+def test_unknown_state_keys_pass_and_the_message_is_adopted(sparse: Pair) -> None:
+    frames = with_meta(sparse, setter("sparse.discriminator.note", {"added": "by a later version"}))
+    assert sparse.receiver.receive({0: frames})
+
+
+def reencoded(p: Pair, change: Callable[[dict[str, torch.Tensor]], None]) -> list[bytes]:
+    received = envelope.decode(p.good, max_bytes=1 << 30)
+    tensors = dict(received.tensors)
+    change(tensors)
+    frames = envelope.encode(tensors, run=received.header["run"], cell=0, generation=1, meta=received.header["meta"])
+    return [bytes(frame) for frame in frames]
+
+
+def test_optimizer_state_must_have_this_optimizers_keys_and_shapes(dense: Pair) -> None:
+    """Without the receiver's own layout, a scalar ``exp_avg`` or a renamed key would load and then fail
+    the first Adam step (a worker crash, not a drop)."""
+    def scalar(tensors: dict[str, torch.Tensor]) -> None:
+        for key in [k for k in tensors if k.endswith("/exp_avg")]:
+            tensors[key] = tensors[key].flatten()[0].clone()
+
+    def renamed(tensors: dict[str, torch.Tensor]) -> None:
+        for key in [k for k in tensors if k.startswith(PREFIX) and k.endswith("/exp_avg_sq")]:
+            tensors[key.replace("/exp_avg_sq", "/momentum")] = tensors.pop(key)
+
+    rejected(dense, reencoded(dense, scalar), "^optimizer state: .*'exp_avg' of .* is not shaped as here")
+    rejected(dense, reencoded(dense, renamed), "^optimizer state: the .*'s keys are not this optimizer's")
+
+
+def test_sparse_moments_are_checked_against_their_parameter_before_densifying(sparse: Pair) -> None:
+    def grown(tensors: dict[str, torch.Tensor]) -> None:
+        key = next(k for k in tensors if k.startswith(PREFIX) and k.endswith("/exp_avg.__shape__"))
+        shape = tensors[key]
+        tensors[key] = shape * 1000  # a bitmap of this size would densify to 10^6 times the elements
+        bitmap = key.replace("__shape__", "__bitmap__")
+        tensors[bitmap] = torch.zeros(-(-int(tensors[key].prod()) // 8), dtype=torch.uint8)
+
+    rejected(sparse, reencoded(sparse, grown), "^manifest: tensor .* differs from the local model in dtype or shape")
+
+
+def test_a_moment_of_no_local_parameter_is_rejected(sparse: Pair) -> None:
+    def extra(tensors: dict[str, torch.Tensor]) -> None:
+        key = next(k for k in tensors if k.startswith(PREFIX) and k.endswith("/exp_avg.__values__"))
+        stem = key.removesuffix("/exp_avg.__values__")
+        for suffix in (".__values__", ".__bitmap__", ".__shape__"):
+            tensors[f"{PREFIX}generator/nothing/exp_avg{suffix}"] = tensors[f"{stem}/exp_avg{suffix}"]
+
+    rejected(sparse, reencoded(sparse, extra), "^optimizer state: tensor .*nothing/exp_avg' names no local parameter")
+
+
+def test_a_tensor_sent_both_dense_and_sparse_is_rejected(sparse: Pair) -> None:
+    def both(tensors: dict[str, torch.Tensor]) -> None:
+        key = next(k for k in tensors if not k.startswith(PREFIX) and k.endswith(".__values__"))
+        name = key.removesuffix(".__values__")
+        tensors[name] = torch.zeros([int(d) for d in tensors[name + ".__shape__"].tolist()])
+
+    rejected(sparse, reencoded(sparse, both), "^sparse: tensor .* is sent both dense and as values")
