@@ -1,19 +1,21 @@
 """Sparse GAN training on the demo MNIST digits: dense, Static, SET, RigL and ADAPT relax/strict.
 
-One GAN (1x1 grid, population 1, selection off, so every run is plain continuous training of one pair) on
-``recipes/mnist-adapt.toml``'s problem (MNIST MLP, hinge loss, d_skip 1) at generator densities 10/30 %,
-several seeds, the same generations for all. Per run: the classifier FID/TVD of the final generator
-(summary.json), the theoretical training-FLOPs fraction (``sparsity.flops_ratio``), the BR forwards' cost,
-and the discriminator density at the end and its minimum/maximum over the run (metrics.jsonl, one record
-per generation). Variants: ``adapt-relax`` uses the paper's fixed band [0.45, 0.55], ``*-auto`` the
-calibrated band (``band = "auto"``), ``*-settle`` a longer warm-up whose first half is not used
-(``band_settle``), ``*-gstatic`` G's mask held (``g_mask = "static"``), ``static-d50`` Static with D at
-50 %. The ``[sparsity]`` table is replaced whole, so the recipe's own sparsity keys do not leak in.
-Intervals are scaled to the run length. Every finished run is appended
-to ``--json`` (one JSON object per line), so a long matrix can be run in pieces and reported together:
+One GAN (1x1 grid, population 1, selection off: plain continuous training of one pair) on the demo's
+settings (``recipes/demo.toml``: BCE, D on every batch, Adam 2e-4) with the MLP pair at width 640 and
+spectral norm on D (``--hidden``; the base configuration of RESULTS "Sparse training that keeps its
+quality": at 640 a 30 %-dense generator holds more weights than the dense 256-wide one), 100 generations
+x 50 batches = 5,000 G steps, several seeds, generator densities 10/30 %. Per run: the test-stream
+classifier FID, TVD and classes of the final generator (summary.json), the mean FID of the last 10
+generations, the theoretical training-FLOPs fraction (``sparsity.flops_ratio``), the BR forwards' cost,
+D's density at the end and its range over the run (metrics.jsonl), and training seconds per G step.
+Variants beyond the methods are the ablations of what makes the pair train (``*-nosn``: no spectral
+norm; ``*-unscaled``: masks on the dense initialisation, unscaled). The ``[sparsity]`` table is replaced
+whole; intervals are scaled to the run length. Every finished run is appended to ``--json`` (one JSON object
+per line; the raw logs are committed under ``benchmarks/logs/sparse/``), so a long matrix can be run in
+pieces and reported together:
 
-    nice -n 5 python benchmarks/sparse.py --generations 60 --densities 0.3 --seeds 1 2 3 --json runs.jsonl
-    python benchmarks/sparse.py --report runs.jsonl
+    nice -n 5 python benchmarks/sparse.py --densities 0.3 --seeds 1 2 3 --json benchmarks/logs/sparse/C.jsonl
+    python benchmarks/sparse.py --report benchmarks/logs/sparse/C.jsonl
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -32,72 +36,64 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import mean_sd
 
 ROOT = Path(__file__).resolve().parents[1]
-RECIPE = ROOT / "recipes" / "mnist-adapt.toml"
-SETTLE = "settle"  # marker: band_warmup and band_settle scaled to the run (sparsity_table)
-# variant -> (controller, extra option fields)
-VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "dense": ("dense", ()),
-    "static": ("static", ()),
-    "set": ("set", ()),
-    "rigl": ("rigl", ()),
-    "adapt-relax": ("adapt-relax", ()),
-    "adapt-relax-auto": ("adapt-relax", ('band="auto"',)),
-    "adapt-strict-auto": ("adapt-strict", ('band="auto"',)),
-    # The D controller alone: G keeps its initial mask (g_mask = "static"), D's density adapts.
-    "adapt-relax-auto-gstatic": ("adapt-relax", ('band="auto"', 'g_mask="static"')),
-    "adapt-strict-auto-gstatic": ("adapt-strict", ('band="auto"', 'g_mask="static"')),
-    # The calibration past the early transient: a warm-up of 4 relax intervals, the first 2 not used.
-    "adapt-relax-settle": ("adapt-relax", ('band="auto"', SETTLE)),
-    "adapt-strict-settle": ("adapt-strict", ('band="auto"', SETTLE)),
-    "adapt-relax-settle-gstatic": ("adapt-relax", ('band="auto"', SETTLE, 'g_mask="static"')),
-    # Moves checked against BR (verify): a lowering that does not raise BR is undone and sets a floor.
-    "adapt-relax-auto-verify": ("adapt-relax", ('band="auto"', 'verify="shrink"')),
-    "adapt-relax-auto-gstatic-verify": ("adapt-relax", ('band="auto"', 'g_mask="static"', 'verify="shrink"')),
-    "adapt-relax-verify": ("adapt-relax", ('verify="shrink"',)),  # the paper's fixed band, checked
-    "adapt-relax-gstatic-verify": ("adapt-relax", ('g_mask="static"', 'verify="shrink"')),
-    "adapt-relax-auto-gstatic-verify2": ("adapt-relax", ('band="auto"', 'g_mask="static"', 'verify="both"')),
-    # Static with D denser than G, where the calibrated controllers ended at d_G 10 % (d_D 0.4-0.6).
-    "static-d50": ("static", ("density_d=0.5",)),
-    # Static with D at the density the verified controller settled at (d_G 30 %: 0.35-0.40).
-    "static-d40": ("static", ("density_d=0.4",)),
+RECIPE = ROOT / "recipes" / "demo.toml"
+NO_SN = "problem.network.spectral_norm=false"
+# variant -> (controller, extra [sparsity] fields, extra overrides)
+VARIANTS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
+    "dense": ("dense", (), ()),
+    "static": ("static", (), ()),
+    "set": ("set", (), ()),
+    "rigl": ("rigl", (), ()),
+    # ADAPT as the paper: G RigL, D's density steered by BR in the fixed band [0.45, 0.55]
+    "adapt-relax": ("adapt-relax", (), ()),
+    "adapt-strict": ("adapt-strict", (), ()),
+    # the band calibrated on this pair, each lowering checked against BR (verify)
+    "adapt-relax-auto": ("adapt-relax", ('band="auto"', 'verify="shrink"'), ()),
+    "adapt-strict-auto": ("adapt-strict", ('band="auto"', 'verify="shrink"'), ()),
+    # ablations: what lets the masked pair train
+    "dense-nosn": ("dense", (), (NO_SN,)),
+    "static-nosn": ("static", (), (NO_SN,)),
+    "static-unscaled": ("static", ('init="unscaled"',), ()),
+    "static-nosn-unscaled": ("static", ('init="unscaled"',), (NO_SN,)),
 }
 
 
 def sparsity_table(variant: str, density: float, steps: int) -> str:
-    """The ``sparsity`` override: the recipe's intervals rescaled to ``steps`` G steps."""
-    use, extra = VARIANTS[variant]
+    """The ``sparsity`` override: the paper's intervals rescaled to ``steps`` G steps."""
+    use, extra, _ = VARIANTS[variant]
     if use == "dense":
         return '{use="dense"}'
     g_interval = max(1, steps // 20)  # 20 G mask updates per run (paper: 200 over 100k)
     d_interval = max(1, steps // 15)  # 15 D decisions (paper: 100); strict: dT_D doubled, as the paper
     br_freq = min(5, d_interval)  # window of d_interval / 5 samples for both (paper: 100 for both)
     fields = [f'use="{use}"', f"density_g={density}", f"density_d={density}"]
-    fields += [f"br_freq={br_freq}", f"da_iters={d_interval}"]  # static: BR measured, never acted on
+    if use not in ("set", "rigl"):  # static: BR measured, never acted on
+        fields += [f"br_freq={br_freq}", f"da_iters={d_interval}"]
     if use != "static":
         fields += [f"g_interval={g_interval}", f"total_steps={steps}"]
     if use.startswith("adapt"):
-        interval = 2 * d_interval if use == "adapt-strict" else d_interval
-        fields += [f"d_interval={interval}"]
-    if SETTLE in extra:
-        fields += [f"band_warmup={4 * d_interval}", f"band_settle={2 * d_interval}"]
-    elif 'band="auto"' in extra:
-        fields += [f"band_warmup={2 * d_interval}"]  # two relax intervals at d_D = d_G
-    fields += [field for field in extra if field != SETTLE]
-    if any(field.startswith("density_d=") for field in extra):  # the variant's own D density wins
-        fields.remove(f"density_d={density}")
-    if use in ("set", "rigl"):
-        fields = [f for f in fields if not f.startswith(("br_freq", "da_iters"))]
-    return "{" + ", ".join(fields) + "}"
+        fields += [f"d_interval={2 * d_interval if use == 'adapt-strict' else d_interval}"]
+        if 'band="auto"' in extra:
+            fields += [f"band_warmup={2 * d_interval}"]  # two relax intervals at d_D = d_G
+    return "{" + ", ".join(fields + list(extra)) + "}"
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def commit() -> str:
+    """The checkout's short commit, ``-dirty`` when tracked files differ from it."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+
+    return git("rev-parse", "--short", "HEAD") + ("-dirty" if git("status", "--porcelain", "-uno") else "")
+
+
 def one_run(variant: str, density: float, seed: int, args: argparse.Namespace, out: Path) -> dict[str, Any]:
     from evogan.runtime.single import prepare, run_in_process
 
-    steps = args.generations * args.batches  # G steps (critic_steps 1)
+    steps = args.generations * args.batches  # G steps (D every batch too: the demo's d_skip 0)
     overrides = [
         f"run.seed={seed}",
         f"run.generations={args.generations}",
@@ -105,13 +101,18 @@ def one_run(variant: str, density: float, seed: int, args: argparse.Namespace, o
         "run.checkpoint_every=0",
         "run.samples_every=0",
         "run.threads=1",
+        "run.workers=1",
         'run.device="cpu"',
         "topology.rows=1",
         "topology.cols=1",
         "population.selection=false",
         f"problem.batches_per_generation={args.batches}",
+        f"problem.network.hidden={args.hidden}",
+        "problem.network.spectral_norm=true",
         f"sparsity={sparsity_table(variant, density, steps)}",
+        *VARIANTS[variant][2],
     ]
+    load = os.getloadavg()[0]
     prepared = prepare(RECIPE, overrides=overrides)
     started = time.perf_counter()
     summary = run_in_process(prepared)
@@ -126,7 +127,7 @@ def one_run(variant: str, density: float, seed: int, args: argparse.Namespace, o
         "variant": variant,
         "seed": seed,
         "steps": steps,
-        "density_g": 1.0 if variant == "dense" else density,
+        "density_g": 1.0 if VARIANTS[variant][0] == "dense" else density,
         "fid": final["generator"]["fid"],
         # the last 10 generations' scores (1x1: the one generator), less noisy than the final one alone
         "fid_last10": statistics.fmean(r["mixture_score"] for r in records[-10:]),
@@ -143,7 +144,10 @@ def one_run(variant: str, density: float, seed: int, args: argparse.Namespace, o
         "br_band": [r.get("sparsity", {}).get("br_lower", math.nan) for r in records][-1:]
         + [r.get("sparsity", {}).get("br_upper", math.nan) for r in records][-1:],
         "density_d": d_path,
-        "run_dir": str(run_dir),
+        "hidden": args.hidden,
+        "overrides": overrides,
+        "commit": commit(),
+        "load_1min": [load, os.getloadavg()[0]],
     }
 
 
@@ -159,8 +163,8 @@ def report(results: list[dict[str, Any]], every: int) -> str:
         groups.setdefault((r["density_g"], r["variant"]), []).append(r)
     lines = [
         "| method | d_G | seeds | FID | FID, last 10 gens | TVD | classes | FLOPs % of dense | BR cost % | final d_D "
-        "| min / max d_D |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| min / max d_D | ms / G step |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for (density, variant), runs in sorted(groups.items(), key=lambda kv: (-kv[0][0], order.index(kv[0][1]))):
         lines.append(
@@ -170,11 +174,12 @@ def report(results: list[dict[str, Any]], every: int) -> str:
             f"| {mean_sd([100 * r['flops_ratio'] for r in runs], 1)} "
             f"| {mean_sd([100 * r['flops_br_share'] for r in runs], 2)} "
             f"| {mean_sd([r['density_d_final'] for r in runs], 2)} "
-            f"| {min(r['density_d_min'] for r in runs):.2f} / {max(r['density_d_max'] for r in runs):.2f} |"
+            f"| {min(r['density_d_min'] for r in runs):.2f} / {max(r['density_d_max'] for r in runs):.2f} "
+            f"| {statistics.median(r['ms_per_g_step'] for r in runs):.1f} |"
         )
     lines += ["", f"BR / d_D every {every} generations (generation {every}, {2 * every}, ...):", ""]
     for (density, variant), runs in sorted(groups.items(), key=lambda kv: (-kv[0][0], order.index(kv[0][1]))):
-        if variant in ("dense", "set", "rigl"):
+        if VARIANTS[variant][0] in ("dense", "set", "rigl"):
             continue
         for r in sorted(runs, key=lambda r: r["seed"]):
             picks = range(every - 1, len(r["br"]), every)
@@ -222,7 +227,8 @@ def conv_step_time(iterations: int, batch: int, threads: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--generations", type=int, default=60)
+    parser.add_argument("--generations", type=int, default=100)
+    parser.add_argument("--hidden", type=int, default=640, help="width of the MLP pair's hidden layers")
     parser.add_argument("--batches", type=int, default=50, help="G steps per generation")
     parser.add_argument("--densities", type=float, nargs="+", default=[0.3, 0.1])
     parser.add_argument("--methods", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
@@ -246,7 +252,7 @@ def main() -> None:
     for density in args.densities:
         for seed in args.seeds:  # seed-major: a cut matrix still has every method
             for variant in args.methods:
-                if variant == "dense" and density != args.densities[0]:
+                if VARIANTS[variant][0] == "dense" and density != args.densities[0]:
                     continue
                 result = one_run(variant, density, seed, args, out)
                 results.append(result)
