@@ -291,7 +291,7 @@ def run_matrix(script: Script, args: argparse.Namespace) -> Path:
                 "configs": [c.name for c in named],
                 "what": config.what,
                 "recipe": str(script.recipe.relative_to(ROOT)),
-                "set": list(args.set),
+                "set": [*script.base(args), *args.set],  # what this invocation changed for every run
                 "overrides": [o for o in overrides if not o.startswith("run.output_dir=")],
                 "base_generations": args.generations,
                 "grid": config.grid,
