@@ -81,10 +81,17 @@ def log_path(script: str, log_dir: Path = LOGS) -> Path:
 
 
 def append_log(path: Path, record: dict[str, Any]) -> None:
-    """One run, one line, flushed at once (a matrix cut short keeps every finished run)."""
+    """One run, one line, written at once (a matrix cut short keeps every finished run): a single
+    ``O_APPEND`` write, so processes running parts of a matrix side by side may share one log."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a", encoding="utf-8") as handle:
-        handle.write(json.dumps(record, sort_keys=True) + "\n")
+    data = (json.dumps(record, sort_keys=True) + "\n").encode()
+    handle = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        written = os.write(handle, data)
+        if written != len(data):  # a full disk: say so rather than leave half a line unnoticed
+            raise OSError(f"{path}: wrote {written} of {len(data)} bytes")
+    finally:
+        os.close(handle)
 
 
 def read_logs(paths: Iterable[Path]) -> list[dict[str, Any]]:
