@@ -41,23 +41,14 @@ def evaluate(
 
     from evogan.builtin.reporter import metrics_text, summary_lines
     from evogan.engine.ensemble import optimized_ensemble
-    from evogan.engine.run import best_cell, mean_over_cells
+    from evogan.engine.run import reported
     from evogan.rng import score_generator
     from evogan.trained import load
 
     trained = load(run_dir, device=device, disable=disable)
     scores = trained.scores()
-    best = best_cell(scores)
-    result = {
-        "run": str(run_dir),
-        "evaluation": {"chosen_on": "validation", "reported_on": "test"},
-        "best_cell": int(best),
-        "best_mixture": scores[best]["mixture"],
-        "best_mixture_validation": scores[best]["validation"]["mixture"],
-        "mean_over_cells": mean_over_cells(scores),
-        "cells": scores,
-        **trained.problem.describe(),
-    }
+    result = {"run": str(run_dir), **reported(scores), "cells": scores, **trained.problem.describe()}
+    best = str(result["best_cell"])
     if optimized:
         problem, seed = trained.problem, trained.recipe.run.seed
         networks, weights, chosen = optimized_ensemble(run_dir, optimized, trained.cells)

@@ -443,6 +443,19 @@ def mean_over_cells(scores: Mapping[str, Any]) -> dict[str, dict[str, float]]:
     return means
 
 
+def reported(scores: Mapping[str, Any]) -> dict[str, Any]:
+    """What a run reports of its cells' scores: the mixture chosen on validation, on test and (labelled)
+    on validation, and the test means over the cells; summary.json and ``evogan evaluate`` hold these."""
+    best = best_cell(scores)
+    return {
+        "evaluation": {"chosen_on": "validation", "reported_on": "test"},
+        "best_cell": int(best),
+        "best_mixture": scores[best]["mixture"],
+        "best_mixture_validation": scores[best]["validation"]["mixture"],
+        "mean_over_cells": mean_over_cells(scores),
+    }
+
+
 def write_summary(
     run_dir: RunDirectory,
     recipe: Recipe,
@@ -456,19 +469,14 @@ def write_summary(
 
     Shared by the single-process driver and the launcher that merges its workers' parts.
     """
-    best = best_cell(cells)
     summary = {
         "run": run_dir.run_id,
         "recipe": recipe.digest,
         "topology": topology.describe(),
         "generations": max(int(scores["generation"]) for scores in cells.values()),
         "interrupted": interrupted,
-        "evaluation": {"chosen_on": "validation", "reported_on": "test"},
         "cells": dict(cells),
-        "best_cell": int(best),
-        "best_mixture": cells[best]["mixture"],
-        "best_mixture_validation": cells[best]["validation"]["mixture"],
-        "mean_over_cells": mean_over_cells(cells),
+        **reported(cells),
     }
     if problem:
         summary["problem"] = dict(problem)
@@ -479,7 +487,7 @@ def write_summary(
     with writing(run_dir.path / "plots"):
         plot_metrics(run_dir, records)
         final = {int(cell): float(scores["mixture_score"]) for cell, scores in cells.items()}
-        plot_grid(run_dir, final, topology.layout(), records, chosen=int(best))
+        plot_grid(run_dir, final, topology.layout(), records, chosen=summary["best_cell"])
     return summary
 
 
@@ -546,6 +554,7 @@ __all__ = [
     "load_cells",
     "mean_over_cells",
     "pick_device",
+    "reported",
     "score_cells",
     "set_threads",
     "write_summary",
