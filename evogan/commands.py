@@ -68,7 +68,7 @@ def evaluate(
         return
     keys = list(next(iter(scores.values()))["mixture"])
     table = Table(box=None, header_style="bold", title="test stream; the best mixture is chosen on validation")
-    columns = ["cell", "generation", "validation score", *[f"G {k}" for k in keys], *[f"mixture {k}" for k in keys]]
+    columns = ["cell", "generation", "val. score", *[f"G {k}" for k in keys], *[f"mixture {k}" for k in keys]]
     for column in columns:
         table.add_column(column, justify="right")
     for cell, score in scores.items():

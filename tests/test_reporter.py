@@ -90,6 +90,6 @@ def test_the_reported_lines_end_with_the_chosen_mixture_on_test_beside_its_valid
     }
     assert summary_lines(summary) == [
         "mean over cells, test: mixture tvd=0.625; best generator alone tvd=0.875",
-        "best mixture ensemble: cell 2 (chosen on validation): test tvd=0.5, modes_covered=7; "
-        "validation tvd=0.25, modes_covered=8",
+        "best mixture ensemble: cell 2 (chosen on validation): test modes_covered=7, tvd=0.5; "
+        "validation modes_covered=8, tvd=0.25",
     ]

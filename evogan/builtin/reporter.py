@@ -45,8 +45,8 @@ def _number(value: Any, digits: int = 4) -> str:
 
 
 def metrics_text(metrics: Mapping[str, Any]) -> str:
-    """``key=value, ...`` with four significant digits."""
-    return ", ".join(f"{key}={_number(value)}" for key, value in metrics.items())
+    """``key=value, ...`` by key (as summary.json holds them), with four significant digits."""
+    return ", ".join(f"{key}={_number(value)}" for key, value in sorted(metrics.items()))
 
 
 def summary_lines(summary: Mapping[str, Any]) -> list[str]:
