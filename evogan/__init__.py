@@ -10,7 +10,7 @@ from evogan.hookspecs import hookimpl
 if TYPE_CHECKING:
     from evogan.trained import TrainedRun
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 
 def load(path: Path | str, *, device: str | None = None, disable: tuple[str, ...] = ()) -> TrainedRun:

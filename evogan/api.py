@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypeVar
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from evogan import deprecated
 from evogan.errors import UserError
 from evogan.individual import ROLES, Individual, Role
 
@@ -521,6 +522,11 @@ class Problem(Component[OptionsT]):
         them under ``problem`` and ``evogan evaluate`` prints them. Nothing by default."""
         return {}
 
+    def network_budget(self, role: Role) -> dict[str, Any]:
+        """Deprecated (0.2.0): evogan never called it. Kept so 0.1 plugins calling it still work."""
+        deprecated.warn("evogan.api.Problem.network_budget")
+        return {}
+
 
 # ------------------------------------------------------------------------------ GAN problem parts
 class DataSource(abc.ABC):
@@ -736,6 +742,12 @@ KINDS: tuple[type[Component[Any]], ...] = (
     Transport,
     Pairing,
 )
+
+if TYPE_CHECKING:
+    Options = ComponentOptions  # deprecated: type checkers see the alias, the warning is for run time
+else:
+    # Renamed names (evogan.deprecated.DEPRECATIONS: Options -> ComponentOptions) warn, then work.
+    __getattr__ = deprecated.module_getattr(__name__, globals())
 
 
 __all__ = [

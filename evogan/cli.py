@@ -226,19 +226,31 @@ def validate(recipes: tuple[Path, ...], sets: tuple[str, ...], disable: tuple[st
 @disable_option
 @handle_errors
 def plugins(as_json: bool, disable: tuple[str, ...]) -> None:
-    """List loaded plugins: name, distribution, version and the hooks each implements."""
+    """List plugins: name, distribution, version, hooks; one that failed to load as failed, with its error."""
+    from rich.markup import escape
     from rich.table import Table
 
-    from evogan.plugins import describe_plugins
+    from evogan.plugins import describe_plugins, reporting_failures
+    from evogan.registry import Registries
 
-    infos = describe_plugins(plugin_manager(disable))
+    with reporting_failures(lambda failure: None):  # listed below, not warned about
+        pm = plugin_manager(disable)
+        Registries.from_plugin_manager(pm)  # runs the registration hooks: a failing one is a failed plugin
+    infos = describe_plugins(pm)
     if as_json:
         click.echo(json.dumps([info.__dict__ for info in infos], indent=2))
         return
-    table = Table("plugin", "distribution", "version", "hooks", box=None, header_style="bold")
+    table = Table("plugin", "distribution", "version", "status", "hooks", box=None, header_style="bold")
     for info in infos:
-        table.add_row(info.name, info.distribution, info.version, ", ".join(info.hooks))
-    Console().print(table)
+        failed = info.status == "failed"
+        status, hooks = ("[red]failed[/]", "-") if failed else (info.status, ", ".join(info.hooks))
+        table.add_row(info.name, info.distribution, info.version, status, hooks)
+    console = Console()
+    console.print(table)
+    for info in infos:  # whole lines, however narrow the terminal: what to report or block
+        if info.status == "failed":
+            line = f"{info.name} ({info.distribution} {info.version}): {info.error}"
+            console.print(f"[red]failed:[/] {escape(line)}", soft_wrap=True)
 
 
 @cli.command()

@@ -1,4 +1,5 @@
-"""What every command module shares: one-line errors, the plugin manager, ``--disable-plugin``.
+"""What every command module shares: one-line errors, the plugin manager, ``--disable-plugin``, and one
+warning line per plugin that failed to load.
 
 Both :mod:`evogan.cli` and :mod:`evogan.commands` import from here, so neither imports the other's
 helpers.
@@ -8,13 +9,16 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 from rich.console import Console
 from rich.markup import escape
 
 from evogan.errors import EvoganError, RecipeError
+
+if TYPE_CHECKING:
+    from evogan.plugins import PluginFailure
 
 
 def fail(error: EvoganError) -> NoReturn:
@@ -26,10 +30,22 @@ def fail(error: EvoganError) -> NoReturn:
     sys.exit(error.exit_code)
 
 
+def warn_plugin_failure(failure: PluginFailure) -> None:
+    """One line on stderr naming a plugin that failed to load and how to stop loading it."""
+    console = Console(stderr=True, highlight=False, soft_wrap=True)
+    console.print(f"[bold yellow]warning:[/] {escape(failure.warning())}", markup=True)
+
+
 def handle_errors(function: Callable[..., Any]) -> Callable[..., Any]:
+    """A command's errors as one line each, and one warning line per plugin that failed to load (however
+    many plugin managers the command makes)."""
+
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from evogan.plugins import reporting_failures
+
         try:
-            return function(*args, **kwargs)
+            with reporting_failures(warn_plugin_failure):
+                return function(*args, **kwargs)
         except EvoganError as error:
             fail(error)
 
@@ -49,8 +65,9 @@ disable_option = click.option(
     "disable",
     multiple=True,
     metavar="NAME",
-    help="Do not load this plugin (entry-point or built-in module name). Repeatable.",
+    help="Do not load this plugin (entry-point or built-in module name; also $EVOGAN_BLOCK_PLUGINS, "
+    "comma-separated). Repeatable.",
 )
 
 
-__all__ = ["disable_option", "fail", "handle_errors", "plugin_manager"]
+__all__ = ["disable_option", "fail", "handle_errors", "plugin_manager", "warn_plugin_failure"]

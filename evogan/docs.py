@@ -3,15 +3,19 @@ command and option. A test keeps the committed file in step with the code (``pyt
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import json
+import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, get_origin
 
 import click
 from pydantic import BaseModel
 
 from evogan.api import KINDS
+from evogan.deprecated import DEPRECATIONS
 from evogan.recipe import COMPONENT_TABLES, FIXED_TABLES, nested_kinds
 from evogan.registry import KIND_HOOKS, Registries
 
@@ -146,13 +150,84 @@ def cli_reference(group: click.Group) -> str:
     return "\n".join(out)
 
 
+# The public contract with third-party plugins: each module's __all__, and the hooks of evogan.hookspecs.
+PUBLIC_MODULES = ("evogan", "evogan.api", "evogan.hookspecs", "evogan.testing")
+
+
+def _summary(thing: Any) -> str:
+    """What a public name is: the first sentence of its own docstring (classes, functions, fixtures), or
+    its kind and value for constants and type aliases; Markdown."""
+    import pluggy
+
+    wrapped = getattr(thing, "__wrapped__", None)  # a pytest fixture wraps its function
+    plain = inspect.isfunction(thing) or inspect.isclass(thing)
+    documented = wrapped if not plain and inspect.isfunction(wrapped) else thing
+    if isinstance(thing, TypeVar):
+        return f"type variable (bound: `{getattr(thing.__bound__, '__name__', thing.__bound__)}`)"
+    if isinstance(thing, pluggy.HookimplMarker | pluggy.HookspecMarker):
+        return f"decorator marking a hook {'implementation' if isinstance(thing, pluggy.HookimplMarker) else 'spec'}"
+    if get_origin(thing) is not None:
+        return f"type alias: `{thing!r}`".replace("typing.", "").replace("collections.abc.", "")
+    if isinstance(thing, str):
+        return f"`{thing!r}`"
+    if isinstance(thing, Path):
+        return f"path of `{thing.name}` in the package"
+    if isinstance(thing, tuple):
+        return "`(" + ", ".join(getattr(item, "__name__", repr(item)) for item in thing) + ")`"
+    doc = inspect.getdoc(documented) if inspect.isclass(documented) or inspect.isfunction(documented) else None
+    if not doc or doc.startswith(f"{documented.__name__}("):  # none, or a dataclass's generated one
+        return "class" if inspect.isclass(documented) else type(thing).__name__
+    paragraph = " ".join(doc.split("\n\n")[0].split())
+    sentence = re.split(r"(?<=\.)\s+(?=[A-Z`])", paragraph, maxsplit=1)[0].rstrip(".")
+    sentence = re.sub(r":[a-z]+:`~?([^`]+)`", r"`\1`", sentence).replace("``", "`")
+    if documented is not thing:
+        sentence = f"pytest fixture: {sentence[:1].lower()}{sentence[1:]}"
+    return sentence.replace("|", "\\|")
+
+
+def api_reference() -> str:
+    """The public API: every name in the ``__all__`` of :data:`PUBLIC_MODULES`, every hook, and the
+    deprecated names (``evogan.deprecated.DEPRECATIONS``)."""
+    from evogan import hookspecs
+
+    out = [
+        "## Public API\n",
+        "What third-party plugins may rely on: the names each module below exports (its `__all__`) and the",
+        "hooks. A rename or removal keeps the old name working for at least one minor release, with a",
+        "`DeprecationWarning` naming the replacement; CHANGELOG.md records every change.\n",
+    ]
+    for module_name in PUBLIC_MODULES:
+        module = importlib.import_module(module_name)
+        out += [f"### `{module_name}`\n", "| name | what |", "| --- | --- |"]
+        out += [f"| `{name}` | {_summary(getattr(module, name))} |" for name in module.__all__]
+        out.append("")
+    out += ["### Hooks (`evogan.hookspecs`)\n", "| hook | what |", "| --- | --- |"]
+    kinds = {base.hook: base for base in KINDS}
+    for name, spec in vars(hookspecs).items():  # in definition order: registration, then lifecycle
+        if hasattr(spec, f"{hookspecs.PROJECT}_spec"):
+            arguments = ", ".join(inspect.signature(spec).parameters)
+            base = kinds.get(name)
+            what = f"registers `evogan.api.{base.__name__}` classes" if base else _summary(spec)
+            out.append(f"| `{name}({arguments})` | {what} |")
+    out += [
+        "",
+        "### Deprecated names\n",
+        "| name | use instead | deprecated in | removed in |",
+        "| --- | --- | --- | --- |",
+    ]
+    for d in DEPRECATIONS:
+        new, _, why = d.new.partition(" ")
+        out.append(f"| `{d.old}` | {f'`{new}` {why}'.strip()} | {d.since} | {d.removal} at the earliest |")
+    return "\n".join([*out, ""])
+
+
 def generate() -> str:
     from evogan.cli import _attach_commands, cli
     from evogan.plugins import make_plugin_manager
 
     _attach_commands()
     registries = Registries.from_plugin_manager(make_plugin_manager(autoload=False))
-    return recipe_reference(registries) + "\n" + cli_reference(cli) + "\n"
+    return recipe_reference(registries) + "\n" + cli_reference(cli) + "\n\n" + api_reference()
 
 
 def main() -> None:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterable, Iterator
+import warnings
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from importlib import import_module, metadata
 
 import pluggy
 
-from evogan import hookspecs
+from evogan import __version__, hookspecs
 from evogan.errors import UserError
 
 # Built-in methods are ordinary plugins, registered like any third-party package.
@@ -40,6 +41,8 @@ PLUGINS_ENV = "EVOGAN_PLUGINS"
 
 # Plugin objects every manager made in this process registers, while `registered` holds them (tests).
 _REGISTERED: list[object] = []
+# Who hears of a plugin that failed to load, innermost last (the CLI's warning line, a worker's log line).
+_REPORTERS: list[Callable[[PluginFailure], None]] = []
 
 
 @contextlib.contextmanager
@@ -54,6 +57,126 @@ def registered(*plugins: object) -> Iterator[None]:
             _REGISTERED.remove(plugin)
 
 
+@dataclass(frozen=True)
+class EntryPointPlugin:
+    """An installed plugin: an entry point of group ``evogan`` and the distribution that declares it."""
+
+    name: str
+    value: str  # "module" or "module:attribute"
+    distribution: str
+    version: str
+
+    def load(self) -> object:
+        return metadata.EntryPoint(self.name, self.value, hookspecs.PROJECT).load()
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} ({self.distribution} {self.version})"
+
+
+@dataclass(frozen=True)
+class PluginFailure:
+    """An entry-point plugin that failed to import or to register its components, and was left out."""
+
+    plugin: EntryPointPlugin
+    error: str  # the error's first line
+
+    @property
+    def name(self) -> str:
+        return self.plugin.name
+
+    def warning(self) -> str:
+        """The one line every command but ``evogan plugins`` prints."""
+        name = self.plugin.name
+        return (
+            f"plugin {self.plugin.label} failed to load and is left out: {self.error} "
+            f"(--disable-plugin {name} or {BLOCK_ENV}={name} stops loading it)"
+        )
+
+
+class PluginLoadWarning(UserWarning):
+    """A plugin failed to load (issued where no reporter is installed: library use outside the CLI)."""
+
+
+@contextlib.contextmanager
+def reporting_failures(report: Callable[[PluginFailure], None]) -> Iterator[None]:
+    """Inside the block, ``report`` hears once of each plugin (by name) that fails to load in any manager
+    made in this process. The CLI prints a warning line; outside any block a :class:`PluginLoadWarning`
+    is issued instead."""
+    seen: set[str] = set()
+
+    def once(failure: PluginFailure) -> None:
+        if failure.name not in seen:
+            seen.add(failure.name)
+            report(failure)
+
+    _REPORTERS.append(once)
+    try:
+        yield
+    finally:
+        _REPORTERS.remove(once)
+
+
+def first_line(error: BaseException) -> str:
+    """``Type: first line of the message``: what a failure report shows of an exception."""
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
+
+
+class PluginManager(pluggy.PluginManager):
+    """pluggy's manager, plus where each entry-point plugin came from and which ones failed.
+
+    A failing entry-point plugin is unregistered and recorded in :attr:`failures`, never raised: at
+    import (:meth:`load_entry_point`) and when its registration hooks run
+    (:meth:`evogan.registry.Registries.from_plugin_manager`).
+    """
+
+    def __init__(self) -> None:
+        super().__init__(hookspecs.PROJECT)
+        self.entry_points: dict[str, EntryPointPlugin] = {}  # the loaded ones, by plugin name
+        self.failures: list[PluginFailure] = []
+
+    def load_entry_point(self, source: EntryPointPlugin) -> None:
+        """Import and register one entry-point plugin; a failure is recorded, not raised."""
+        self.entry_points[source.name] = source
+        try:
+            plugin = source.load()
+            self.register(plugin, name=source.name)
+        except Exception as exc:  # a third-party package's bug: name it, leave it out, go on
+            self.fail(source.name, first_line(exc))
+            return
+        unknown = sorted(
+            caller.name
+            for caller in self.get_hookcallers(plugin) or ()
+            if not caller.has_spec() and any(i.plugin is plugin and not i.optionalhook for i in caller.get_hookimpls())
+        )
+        if unknown:  # else check_pending() would stop every command
+            self.fail(source.name, f"implements {', '.join(unknown)}, which evogan does not define")
+
+    def fail(self, name: str, error: str) -> PluginFailure:
+        """Leave entry-point plugin ``name`` out (its hooks will not fire) and report why."""
+        source = self.entry_points.pop(name)
+        if self.get_plugin(name) is not None:
+            self.unregister(name=name)
+        failure = PluginFailure(source, error)
+        self.failures.append(failure)
+        if _REPORTERS:
+            _REPORTERS[-1](failure)
+        else:
+            warnings.warn(failure.warning(), PluginLoadWarning, stacklevel=2)
+        return failure
+
+
+def installed_plugins() -> list[EntryPointPlugin]:
+    """Every installed entry point of group ``evogan``, with its distribution's name and version."""
+    found = []
+    for entry in metadata.entry_points(group=hookspecs.PROJECT):
+        dist = entry.dist
+        name, version = (dist.name, dist.version) if dist is not None else ("unknown", "unknown")
+        found.append(EntryPointPlugin(entry.name, entry.value, name, version))
+    return found
+
+
 def _env_blocked() -> set[str]:
     return {name.strip() for name in os.environ.get(BLOCK_ENV, "").split(",") if name.strip()}
 
@@ -64,16 +187,19 @@ def _env_plugins() -> list[str]:
 
 def make_plugin_manager(
     *, autoload: bool | None = None, blocked: Iterable[str] = (), extra: Iterable[object] = ()
-) -> pluggy.PluginManager:
+) -> PluginManager:
     """A fresh manager: hookspecs, blocked names, the built-ins, entry points of group ``evogan``, then the
     modules named in ``EVOGAN_PLUGINS`` (loaded even when autoload is off, as pytest's ``PYTEST_PLUGINS``).
+
+    An entry-point plugin that fails to import or register is left out and recorded
+    (:attr:`PluginManager.failures`); a module named in ``EVOGAN_PLUGINS`` that fails is an error.
 
     :param autoload: load entry-point plugins; default: unless ``EVOGAN_DISABLE_PLUGIN_AUTOLOAD`` is set.
     :param blocked: plugin names never to load (added to ``EVOGAN_BLOCK_PLUGINS``).
     :param extra: plugin objects to register after the built-ins (the CLI's reporter); then those
         :func:`registered` holds.
     """
-    pm = pluggy.PluginManager(hookspecs.PROJECT)
+    pm = PluginManager()
     pm.add_hookspecs(hookspecs)
     for name in {*blocked, *_env_blocked()}:
         pm.set_blocked(name)
@@ -83,10 +209,9 @@ def make_plugin_manager(
     if autoload is None:
         autoload = not os.environ.get(DISABLE_AUTOLOAD_ENV)
     if autoload:
-        try:
-            pm.load_setuptools_entrypoints(hookspecs.PROJECT)
-        except Exception as exc:  # a broken third-party package must not look like our traceback
-            raise UserError(f"could not load an 'evogan' entry-point plugin: {exc}") from exc
+        for source in installed_plugins():  # one by one: pluggy's loader stops at the first failure
+            if not pm.is_blocked(source.name) and pm.get_plugin(source.name) is None:
+                pm.load_entry_point(source)
     for module_name in _env_plugins():
         if pm.is_blocked(module_name) or pm.get_plugin(module_name) is not None:
             continue
@@ -108,26 +233,25 @@ class PluginInfo:
     version: str
     distribution: str
     hooks: tuple[str, ...]
+    status: str = "loaded"  # or "failed"
+    error: str = ""  # why it failed: the error's first line
 
 
-def describe_plugins(pm: pluggy.PluginManager) -> list[PluginInfo]:
-    """Name, version and implemented hooks of every registered plugin (for ``evogan plugins``)."""
-    dists = {id(plugin): dist for plugin, dist in pm.list_plugin_distinfo()}
+def describe_plugins(pm: PluginManager) -> list[PluginInfo]:
+    """Name, version and implemented hooks of every registered plugin, then every plugin that failed to
+    load with its error (for ``evogan plugins``). Build the registries first to catch registration hooks
+    that fail."""
     infos = []
     for plugin in pm.get_plugins():
         name = pm.get_name(plugin) or repr(plugin)
-        dist = dists.get(id(plugin))
-        if dist is not None:
-            version, distribution = dist.version, dist.metadata["name"]
-        else:
-            distribution = "evogan"
-            try:
-                version = metadata.version("evogan")
-            except metadata.PackageNotFoundError:  # running from a source tree
-                version = "0+unknown"
+        source = pm.entry_points.get(name)
+        distribution, version = (source.distribution, source.version) if source else ("evogan", __version__)
         hooks = tuple(sorted(caller.name for caller in pm.get_hookcallers(plugin) or ()))
         infos.append(PluginInfo(name, version, distribution, hooks))
-    return sorted(infos, key=lambda info: (info.distribution != "evogan", info.name))
+    for failure in pm.failures:
+        source = failure.plugin
+        infos.append(PluginInfo(source.name, source.version, source.distribution, (), "failed", failure.error))
+    return sorted(infos, key=lambda info: (info.distribution != "evogan", info.status != "loaded", info.name))
 
 
 __all__ = [
@@ -135,8 +259,15 @@ __all__ = [
     "BUILTIN_PLUGINS",
     "DISABLE_AUTOLOAD_ENV",
     "PLUGINS_ENV",
+    "EntryPointPlugin",
+    "PluginFailure",
     "PluginInfo",
+    "PluginLoadWarning",
+    "PluginManager",
     "describe_plugins",
+    "first_line",
+    "installed_plugins",
     "make_plugin_manager",
     "registered",
+    "reporting_failures",
 ]

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from evogan.api import KINDS
 from evogan.errors import ComponentConflictError, UserError
+from evogan.plugins import PluginManager, first_line
 
 if TYPE_CHECKING:
     import pluggy
@@ -33,6 +34,7 @@ class Registry:
 
     kind: str
     entries: dict[str, Entry] = field(default_factory=dict)
+    failed: tuple[str, ...] = ()  # plugins that failed to load, named in an unknown-name error
 
     def add(self, component: type[Component[Any]], plugin: str) -> None:
         name = getattr(component, "name", None)
@@ -78,7 +80,8 @@ class Registry:
             close = difflib.get_close_matches(name, self.entries, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             where = f"{key}: " if key else ""
-            raise UserError(f"{where}unknown {self.kind} {name!r}{hint}; available: {available}") from None
+            failed = f"; plugins that failed to load: {', '.join(self.failed)}" if self.failed else ""
+            raise UserError(f"{where}unknown {self.kind} {name!r}{hint}; available: {available}{failed}") from None
 
     def __contains__(self, name: object) -> bool:
         return name in self.entries
@@ -97,14 +100,39 @@ class Registries:
     def __getitem__(self, kind: str) -> Registry:
         return self.kinds[kind]
 
+    def drop(self, plugin: str) -> None:
+        """Forget every component ``plugin`` registered (it failed part-way)."""
+        for registry in self.kinds.values():
+            registry.entries = {n: e for n, e in registry.entries.items() if e.plugin != plugin}
+
     @classmethod
     def from_plugin_manager(cls, pm: pluggy.PluginManager) -> Registries:
+        """Call every registration hook. An entry-point plugin whose hook raises (a bug, a name already
+        taken, a class missing a method) is left out and reported by the manager, with none of its
+        components; any other plugin's error is raised."""
+        contained = pm.entry_points if isinstance(pm, PluginManager) else {}
+        failed: dict[str, str] = {}
         registries = cls()
         for kind, hook_name in KIND_HOOKS.items():
             registry = registries[kind]
             # Oldest registration first, so a conflict names the built-in as the first provider.
             for impl in getattr(pm.hook, hook_name).get_hookimpls():
-                impl.function(register=partial(registry.add, plugin=impl.plugin_name))
+                name = impl.plugin_name
+                if name in failed:
+                    continue
+                try:
+                    impl.function(register=partial(registry.add, plugin=name))
+                except Exception as exc:  # a third-party bug must not stop what does not need it
+                    if name not in contained:
+                        raise
+                    failed[name] = f"{hook_name}: {first_line(exc)}"
+                    registries.drop(name)
+        if isinstance(pm, PluginManager):
+            for name, error in failed.items():
+                pm.fail(name, error)
+            labels = tuple(failure.plugin.label for failure in pm.failures)
+            for registry in registries.kinds.values():
+                registry.failed = labels
         return registries
 
 

@@ -266,6 +266,26 @@ def test_same_seed_same_weights_without_global_rng(
     assert torch.equal(state, torch.random.get_rng_state())
 
 
+def test_mlp_spectral_norm_normalises_every_discriminator_layer_from_the_seed() -> None:
+    from evogan.sparse.masks import maskable_parameters
+
+    networks = MnistMlp(MnistMlp.Options(hidden=16, spectral_norm=True))
+    state = torch.random.get_rng_state()
+    d = networks.build("discriminator", (1, 28, 28), generator=seeded(3))
+    again = networks.build("discriminator", (1, 28, 28), generator=seeded(3))
+    assert torch.equal(state, torch.random.get_rng_state())  # u and v come from the seed, not the global RNG
+    first, second = d.state_dict(), again.state_dict()
+    assert all(torch.equal(first[k], second[k]) for k in first)
+    linears = [m for m in d.modules() if isinstance(m, torch.nn.Linear)]
+    assert len(linears) == 3
+    for layer in linears:  # 15 power iterations at build: sigma is 1 from the first step
+        assert float(torch.linalg.matrix_norm(layer.weight.detach(), 2)) == pytest.approx(1.0, abs=0.05)
+    # masks attach to the tensor the optimizer trains; the generator stays plain
+    assert all(name.endswith("parametrizations.weight.original") for name in maskable_parameters(d))
+    g = networks.build("generator", (1, 28, 28), generator=seeded(3))
+    assert not any("parametrizations" in name for name, _ in g.named_parameters())
+
+
 def test_dcgan_sizes_match_lipizzaner() -> None:
     def count(networks: MnistMlp | Dcgan64, role: Role, shape: tuple[int, ...]) -> int:
         return sum(p.numel() for p in networks.build(role, shape, generator=seeded()).parameters())

@@ -1,17 +1,38 @@
 from __future__ import annotations
 
+import importlib
+import json
+import os
+import re
+import shutil
 import subprocess
 import sys
+import tomllib
+import types
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
-from evogan import hookimpl
+import evogan
+from evogan import hookimpl, plugins
 from evogan import recipe as recipes
 from evogan.api import Selection
+from evogan.deprecated import DEPRECATIONS
+from evogan.docs import PUBLIC_MODULES
 from evogan.errors import ComponentConflictError, UserError
-from evogan.plugins import BUILTIN_PLUGINS, describe_plugins, make_plugin_manager
+from evogan.plugins import (
+    BUILTIN_PLUGINS,
+    EntryPointPlugin,
+    PluginFailure,
+    describe_plugins,
+    make_plugin_manager,
+    reporting_failures,
+)
 from evogan.registry import KIND_HOOKS, Registries
+from evogan.testing import run_tiny, write_tiny_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -160,3 +181,331 @@ def test_plugins_named_in_the_environment_load_even_without_autoload(monkeypatch
     monkeypatch.setenv("EVOGAN_PLUGINS", "no_such_module_here")
     with pytest.raises(UserError, match=r"EVOGAN_PLUGINS: cannot import 'no_such_module_here'"):
         make_plugin_manager()
+
+
+# ------------------------------------------------------------------------------------------ public API
+OPTIONS_WARNING = r"evogan\.api\.Options is deprecated since evogan 0\.2\.0 .*: use evogan\.api\.ComponentOptions$"
+
+# The options of a component as CONTRIBUTING.md showed them for 0.1, run as a module (a class body sees
+# module globals, not a test function's locals).
+PLUGIN_0_1 = """
+from pydantic import Field
+
+from evogan.api import Options, Selection
+
+
+class Roulette(Selection):
+    name = "roulette_0_1"
+
+    class Options(Options):
+        temperature: float = Field(1.0, gt=0)
+
+    def select(self, population, k, *, rng):
+        return list(population[:k])
+"""
+
+
+def test_options_is_a_deprecated_alias_that_0_1_plugins_can_subclass() -> None:
+    import evogan.api as api
+    from evogan.api import ComponentOptions
+
+    namespace: dict[str, Any] = {"__name__": "plugin_0_1"}
+    with pytest.warns(DeprecationWarning, match=OPTIONS_WARNING) as caught:
+        exec(PLUGIN_0_1, namespace)
+    assert len(caught) == 1 and caught[0].filename == "<string>"  # attributed to the importing line
+    Roulette = namespace["Roulette"]
+    assert Roulette.Options.__bases__ == (ComponentOptions,)
+    assert Roulette.Options(temperature=0.5).temperature == 0.5
+    with pytest.raises(ValidationError, match="Extra inputs are not permitted"):
+        Roulette.Options(tempreature=0.5)
+    with pytest.warns(DeprecationWarning, match="use evogan.api.ComponentOptions"):
+        assert api.Options is ComponentOptions
+    with pytest.raises(AttributeError, match="has no attribute 'Crossover'"):
+        api.Crossover  # noqa: B018
+    budget = r"Problem\.network_budget is deprecated .*: use evogan\.api\.Problem\.describe"
+    with pytest.warns(DeprecationWarning, match=budget):
+        assert api.Problem.network_budget(None, "generator") == {}  # type: ignore[arg-type]
+
+
+def test_changelog_records_every_deprecation_and_the_version() -> None:
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    releases = re.findall(r"^## (\d+\.\d+\.\d+) - \d{4}-\d{2}-\d{2}$", changelog, flags=re.M)
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert releases[0] == project == evogan.__version__, "CHANGELOG.md, pyproject.toml and evogan.__version__"
+    assert changelog.index("## Unreleased") < changelog.index(f"## {releases[0]} ")
+    for deprecation in DEPRECATIONS:
+        release = changelog.split(f"\n## {deprecation.since} ")[1].split("\n## ")[0]
+        section = release.split("### Deprecated\n")[1].split("\n### ")[0]
+        assert f"`{deprecation.old}`" in section, f"{deprecation.old} is missing from CHANGELOG.md"
+
+
+def test_reference_lists_every_public_name_from_all() -> None:
+    reference = (ROOT / "docs" / "reference.md").read_text().split("## Public API\n")[1]
+    for module_name in PUBLIC_MODULES:
+        module = importlib.import_module(module_name)
+        section = reference.split(f"### `{module_name}`\n")[1].split("\n### ")[0]
+        for name in module.__all__:
+            assert hasattr(module, name) and f"| `{name}` |" in section, f"{module_name}.{name}"
+    for deprecation in DEPRECATIONS:
+        assert f"`{deprecation.old}`" in reference
+
+
+# ------------------------------------------------------------------------------- plugins that fail to load
+DATA = ROOT / "tests" / "data"
+BROKEN = {
+    "broken-import": "evogan_broken_plugins.import_error",
+    "broken-register": "evogan_broken_plugins.register_error",
+    "broken-abstract": "evogan_broken_plugins.missing_method",
+}
+FROZEN = EntryPointPlugin("frozen-0-1", "frozen_plugin_0_1", "evogan-frozen-0-1", "0.1.0")
+
+
+def pretend_installed(monkeypatch: pytest.MonkeyPatch, *sources: EntryPointPlugin) -> None:
+    """Entry points as if ``sources`` were installed beside the real ones (no distribution installed)."""
+    really = plugins.installed_plugins
+    monkeypatch.setattr(plugins, "installed_plugins", lambda: [*really(), *sources])
+
+
+@pytest.fixture
+def broken(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The three plugins of tests/data/broken_plugins, as installed entry points."""
+    monkeypatch.syspath_prepend(str(DATA / "broken_plugins"))
+    sources = [EntryPointPlugin(name, value, "evogan-broken-plugins", "0.1.0") for name, value in BROKEN.items()]
+    pretend_installed(monkeypatch, *sources)
+
+
+@pytest.mark.parametrize(
+    ("name", "error"),
+    [
+        ("broken-import", r"ImportError: cannot import name 'Crossover' from 'evogan\.api'"),
+        ("broken-register", r"evogan_register_mutations: RuntimeError: broken on purpose: the registration hook"),
+        (
+            "broken-abstract",
+            r"evogan_register_selections: ComponentConflictError: plugin 'broken-abstract' registered selection "
+            r"'half' without select \(what every selection must implement\)$",
+        ),
+    ],
+)
+def test_a_plugin_that_fails_to_load_is_named_and_left_out(
+    name: str, error: str, monkeypatch: pytest.MonkeyPatch, tiny_recipe
+) -> None:
+    monkeypatch.syspath_prepend(str(DATA / "broken_plugins"))
+    pretend_installed(monkeypatch, EntryPointPlugin(name, BROKEN[name], "evogan-broken-plugins", "0.1.0"))
+    heard: list[PluginFailure] = []
+    with reporting_failures(heard.append):
+        pm = make_plugin_manager()
+        registries = Registries.from_plugin_manager(pm)
+        Registries.from_plugin_manager(pm)  # built again (a worker, evaluate): nothing new to report
+    assert [failure.name for failure in heard] == [failure.name for failure in pm.failures] == [name]
+    failure = pm.failures[0]
+    assert re.match(error, failure.error) and "\n" not in failure.error
+    assert failure.plugin.label == f"{name} (evogan-broken-plugins 0.1.0)"
+    assert f"--disable-plugin {name} or EVOGAN_BLOCK_PLUGINS={name}" in failure.warning()
+    # Left out whole: no hooks, no components (the topology registered before the bad selection too).
+    assert pm.get_plugin(name) is None and name not in pm.entry_points
+    assert "broken_pair" not in registries["topology"] and "half" not in registries["selection"]
+    assert "linear_rank" in registries["selection"] and "tournament" in registries["selection"]
+    listed = {info.name: info for info in describe_plugins(pm)}
+    assert (listed[name].status, listed[name].error, listed[name].distribution) == (
+        "failed",
+        failure.error,
+        "evogan-broken-plugins",
+    )
+    assert listed["example"].status == "loaded"
+    # What needs it names it; what does not goes on.
+    with pytest.raises(UserError, match=rf"unknown selection 'half'.*; plugins that failed to load: {name} \("):
+        recipes.load(tiny_recipe(), registries, ['selection.use="half"'])
+    assert recipes.load(tiny_recipe(), registries).choices["selection"].name == "tournament"
+
+
+@pytest.mark.parametrize(
+    ("module", "error"),
+    [
+        ("typo", "implements evogan_register_selection, which evogan does not define"),
+        ("taken", "'tournament' is registered twice: by plugin 'evogan.builtin.selection' and by plugin 'taken'"),
+    ],
+)
+def test_unknown_hooks_and_taken_names_are_contained_too(
+    module: str, error: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    class Tournament(Selection):
+        name = "tournament"
+
+        def select(self, population, k, *, rng):
+            return list(population[:k])
+
+    plugin = types.ModuleType(f"evogan_test_{module}")
+    if module == "typo":
+        plugin.evogan_register_selection = hookimpl(lambda register: None)  # type: ignore[attr-defined]
+    else:
+        plugin.evogan_register_selections = hookimpl(lambda register: register(Tournament))  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, plugin.__name__, plugin)
+    pretend_installed(monkeypatch, EntryPointPlugin(module, plugin.__name__, f"evogan-{module}", "1.0"))
+    with reporting_failures(lambda failure: None):
+        pm = make_plugin_manager()
+        Registries.from_plugin_manager(pm)
+    assert [failure.name for failure in pm.failures] == [module] and error in pm.failures[0].error
+
+
+def test_without_a_reporter_a_failure_is_a_warning(broken) -> None:
+    with pytest.warns(plugins.PluginLoadWarning, match=r"plugin broken-import \(evogan-broken-plugins 0\.1\.0\)"):
+        make_plugin_manager(blocked=["broken-register", "broken-abstract"])
+
+
+def _cli(*args: str) -> Any:
+    from click.testing import CliRunner
+
+    from evogan.cli import _attach_commands, cli
+
+    _attach_commands()
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+def test_cli_lists_failed_plugins_warns_once_each_and_goes_on(
+    broken, monkeypatch: pytest.MonkeyPatch, tiny_recipe
+) -> None:
+    listing = _cli("plugins")
+    assert listing.exit_code == 0 and "warning" not in listing.stderr
+    for name in BROKEN:  # a row, and the whole error on a line of its own
+        assert re.search(rf"^ *{name} +evogan-broken-plug\S* +0\.1\.0 +failed +- *$", listing.stdout, flags=re.M)
+        assert f"\nfailed: {name} (evogan-broken-plugins 0.1.0): " in listing.stdout
+    rows = {row["name"]: row for row in json.loads(_cli("plugins", "--json").stdout)}
+    assert rows["broken-import"]["status"] == "failed" and rows["broken-import"]["error"].startswith("ImportError")
+    assert rows["example"]["status"] == "loaded" and rows["example"]["error"] == ""
+
+    recipe = str(tiny_recipe(generations=1))
+    checked = _cli("validate", recipe)
+    assert checked.exit_code == 0 and "ok (torus" in checked.stdout
+    warnings = checked.stderr.splitlines()
+    assert len(warnings) == 3 and all(w.startswith("warning: plugin ") for w in warnings)
+    for name in BROKEN:
+        assert sum(f"plugin {name} (evogan-broken-plugins 0.1.0)" in w for w in warnings) == 1
+        assert sum(f"--disable-plugin {name} or EVOGAN_BLOCK_PLUGINS={name}" in w for w in warnings) == 1
+
+    monkeypatch.setenv("EVOGAN_BLOCK_PLUGINS", "broken-register")
+    quieter = _cli("validate", "--disable-plugin", "broken-import", recipe).stderr
+    assert quieter.count("warning:") == 1 and "plugin broken-abstract" in quieter
+    monkeypatch.delenv("EVOGAN_BLOCK_PLUGINS")
+
+    needs_it = _cli("validate", recipe, "--set", 'selection.use="half"')
+    assert needs_it.exit_code == 2 and "Traceback" not in needs_it.output
+    assert "unknown selection 'half'" in needs_it.stderr
+    assert "plugins that failed to load: broken-import (" in needs_it.stderr
+
+    # A run goes on; broken-register's evogan_run_start would raise if a failed plugin's hooks fired.
+    ran = _cli("run", recipe, "--plain")
+    assert ran.exit_code == 0, ran.output
+    assert ran.stderr.count("warning: plugin ") == 3 and "best mixture ensemble" in ran.stdout
+
+
+def test_a_worker_names_failed_plugins_once_per_node(capsys: pytest.CaptureFixture[str]) -> None:
+    from evogan.runtime.environment import WorkerEnv
+    from evogan.runtime.worker import _plugin_warning
+
+    failure = PluginFailure(EntryPointPlugin("bad", "bad", "evogan-bad", "2.0"), "ImportError: no")
+    for rank, local_rank, launched in [(2, 0, False), (3, 1, False), (3, 1, True)]:
+        _plugin_warning(WorkerEnv(rank, 4, local_rank, 2, 0, "run"), failure, launched=launched)
+    assert capsys.readouterr().err.splitlines() == [
+        f"worker rank 2: warning: {failure.warning()}",  # torchrun: each node's local rank 0
+        f"worker rank 3: warning: {failure.warning()}",  # evogan run: into the worker's own log
+    ]
+
+
+# ----------------------------------------------------------------------------- the plugin frozen at 0.1
+def test_the_frozen_0_1_plugin_loads_runs_and_fires_its_hooks(monkeypatch: pytest.MonkeyPatch, tiny_recipe) -> None:
+    monkeypatch.syspath_prepend(str(DATA / "frozen_plugin_0_1"))
+    monkeypatch.delitem(sys.modules, "frozen_plugin_0_1", raising=False)  # its import is what warns
+    pretend_installed(monkeypatch, FROZEN)
+    with pytest.warns(DeprecationWarning, match=OPTIONS_WARNING):
+        pm = make_plugin_manager()
+    assert not pm.failures and pm.get_plugin("frozen-0-1") is not None
+    frozen = sys.modules["frozen_plugin_0_1"]
+    drawn: list[int] = []
+    select = frozen.Roulette.select
+
+    def counted(self: Any, population: Any, k: int, *, rng: Any) -> Any:
+        drawn.append(k)
+        return select(self, population, k, rng=rng)
+
+    monkeypatch.setattr(frozen.Roulette, "select", counted)
+    run_dir = run_tiny(tiny_recipe(generations=2), overrides=['selection={use="roulette", temperature=0.5}'])
+    assert drawn, "the recipe's selection is the plugin's roulette"
+    check_frozen_events(run_dir, cells=4, generations=2)
+
+
+def check_frozen_events(run_dir: Path, *, cells: int, generations: int) -> None:
+    """The frozen plugin's hook log: each lifecycle event of the run, once."""
+    events = [json.loads(line) for line in (run_dir / "frozen-0-1-events.jsonl").read_text().splitlines()]
+    counts = Counter(event["hook"] for event in events)
+    assert counts["run_start"] == counts["run_end"] == 1
+    assert sorted((e["cell"], e["generation"]) for e in events if e["hook"] == "generation_end") == [
+        (c, g) for c in range(cells) for g in range(1, generations + 1)
+    ]
+    assert counts["exchange"] == cells * generations and counts["checkpoint"] >= cells
+
+
+# ------------------------------------------------------------------------ installed from outside the repo
+@pytest.fixture(scope="module")
+def third_party(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The frozen 0.1 plugin and the broken plugins, copied out of the repository and installed with pip
+    as a user would, into a throwaway directory on PYTHONPATH (no dependencies: evogan, pydantic and the
+    rest come from this environment). Returns the environment that sees them."""
+    root = tmp_path_factory.mktemp("third-party")
+    sources = [shutil.copytree(DATA / name, root / "src" / name) for name in ("frozen_plugin_0_1", "broken_plugins")]
+    site = root / "site-packages"
+    pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index"]
+    subprocess.run([*pip, "--target", str(site), *map(str, sources)], check=True, capture_output=True, text=True)
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])),
+        "PYTHONWARNINGS": "always::DeprecationWarning:frozen_plugin_0_1",  # the frozen plugin's own, only
+        "COLUMNS": "200",
+    }
+
+
+def evogan_command(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "evogan", *args], capture_output=True, text=True, env=env)
+
+
+DEPRECATED_OPTIONS = "DeprecationWarning: evogan.api.Options is deprecated since evogan 0.2.0"
+
+
+@pytest.mark.slow
+def test_installed_broken_plugins_are_listed_and_toy_ring_still_runs(
+    third_party: dict[str, str], tmp_path: Path
+) -> None:
+    listed = evogan_command(third_party, "plugins", "--json")
+    assert listed.returncode == 0, listed.stderr
+    rows = {row["name"]: row for row in json.loads(listed.stdout)}
+    assert {name: rows[name]["status"] for name in [*BROKEN, "frozen-0-1"]} == {
+        **dict.fromkeys(BROKEN, "failed"),
+        "frozen-0-1": "loaded",
+    }
+    broken_import = rows["broken-import"]
+    assert (broken_import["distribution"], broken_import["version"]) == ("evogan-broken-plugins", "0.1.0")
+    assert rows["frozen-0-1"]["distribution"] == "evogan-frozen-0-1"
+    assert "evogan_run_start" in rows["frozen-0-1"]["hooks"]
+
+    quick = ["--generations", "1", "--set", "problem.batches_per_generation=5", "--plain"]
+    toy_ring = str(ROOT / "recipes" / "toy-ring.toml")
+    ran = evogan_command(third_party, "run", toy_ring, "--output-dir", str(tmp_path), *quick)
+    assert ran.returncode == 0, ran.stderr
+    warnings = [line for line in ran.stderr.splitlines() if line.startswith("warning: plugin ")]
+    assert sorted(w.split()[2] for w in warnings) == sorted(BROKEN)
+    assert DEPRECATED_OPTIONS in ran.stderr and "Traceback" not in ran.stderr
+    (run_dir,) = tmp_path.glob("toy-ring-*")
+    check_frozen_events(run_dir, cells=4, generations=1)
+
+
+@pytest.mark.slow
+def test_installed_frozen_plugin_runs_in_worker_processes(third_party: dict[str, str], tmp_path: Path) -> None:
+    recipe = write_tiny_recipe(tmp_path, generations=2, overrides=['selection={use="roulette", temperature=0.5}'])
+    ran = evogan_command(third_party, "run", str(recipe), "--workers", "2", "--plain")
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stderr.count("warning: plugin ") == 3 and DEPRECATED_OPTIONS in ran.stderr
+    (run_dir,) = (tmp_path / "runs").glob("tiny-*")
+    check_frozen_events(run_dir, cells=4, generations=2)
+    for rank in (0, 1):  # each worker loads the plugins itself and logs, labelled, what failed
+        log = (run_dir / "logs" / f"worker-{rank:04d}.out").read_text()
+        assert DEPRECATED_OPTIONS in log
+        assert sorted(re.findall(rf"^worker rank {rank}: warning: plugin (\S+) ", log, flags=re.M)) == sorted(BROKEN)

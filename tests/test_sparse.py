@@ -212,6 +212,39 @@ def test_pruned_weights_and_adam_moments_stay_zero() -> None:
         assert masks.overall_density(ind.sparse["masks"]) == pytest.approx(0.2, abs=1 / 64)
 
 
+def test_fan_in_init_rescales_each_unit_by_its_active_share() -> None:
+    # Unit 0 keeps 4 of 16 inputs (x2), unit 1 all 16 (x1), unit 2 none (stays 0 once masked).
+    net = nn.Linear(16, 3)
+    before = net.weight.detach().clone()
+    mask = torch.zeros(3, 16, dtype=torch.bool)
+    mask[0, :4] = True
+    mask[1] = True
+    masks.scale_to_active_fan_in(net, {"weight": mask})
+    assert torch.allclose(net.weight[0], 2 * before[0]) and torch.equal(net.weight[1], before[1])
+    # A transposed convolution's output channels are its weight's dim 1: (in, out, k, k).
+    convt = nn.ConvTranspose2d(4, 2, 2)
+    before = convt.weight.detach().clone()
+    mask = torch.ones(4, 2, 2, 2, dtype=torch.bool)
+    mask[:, 0, 0] = False  # output channel 0 keeps 8 of its 16 inputs
+    masks.scale_to_active_fan_in(convt, {"weight": mask})
+    assert torch.allclose(convt.weight[:, 0], math.sqrt(2) * before[:, 0])
+    assert torch.equal(convt.weight[:, 1], before[:, 1])
+
+
+@pytest.mark.parametrize(("init", "scaled"), [("fan_in", True), ("dense", False)])
+def test_controller_init_option_chooses_the_initial_scale(init: str, scaled: bool) -> None:
+    g, _ = pair()
+    before = dict((n, p.detach().clone()) for n, p in g.network.named_parameters())
+    make(builtin.Static, density_g=0.25, init=init).prepare(g, generator=rng(0))
+    for name, mask in g.sparse["masks"].items():
+        weight = dict(g.network.named_parameters())[name]
+        active = mask.sum(dim=1, keepdim=True).clamp(min=1)
+        expected = torch.sqrt(mask.shape[1] / active).expand_as(mask) if scaled else torch.ones(mask.shape)
+        assert torch.allclose(weight[mask] / before[name][mask], expected[mask])
+        assert torch.all(weight[~mask] == 0)
+    assert not scaled or masks.overall_density(g.sparse["masks"]) < 1  # something was rescaled
+
+
 def test_apply_masks_follows_replaced_and_edited_masks() -> None:
     # apply_masks caches a 0/1 multiplier per mask: a new mask, or one edited in place, must take effect.
     net = nn.Linear(8, 8)

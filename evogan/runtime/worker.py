@@ -31,6 +31,7 @@ import time
 import tomllib
 from collections.abc import Sequence
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,7 @@ from evogan.engine.run import (
 )
 from evogan.engine.rundir import RunDirectory, atomic_write
 from evogan.errors import EvoganError, RunFailure
-from evogan.plugins import make_plugin_manager
+from evogan.plugins import PluginFailure, make_plugin_manager, reporting_failures
 from evogan.registry import Registries
 from evogan.runtime.control import agree_resume_points, exchange_endpoints, gather_json
 from evogan.runtime.environment import LAUNCHER_ENV, RECIPE_ENV, WorkerEnv
@@ -99,6 +100,14 @@ class WorkerDriver(Driver):
         )
 
 
+def _plugin_warning(env: WorkerEnv, failure: PluginFailure, *, launched: bool) -> None:
+    """A worker's line about a plugin that failed to load. Under ``evogan run`` it goes to the worker's
+    own log (the launcher printed the warning once already); under torchrun, where every worker shares a
+    terminal, only each node's local rank 0 prints it."""
+    if launched or env.local_rank == 0:
+        print(f"worker rank {env.rank}: warning: {failure.warning()}", file=sys.stderr, flush=True)
+
+
 def _open_run_dir(
     run_dir: Path, recipe_path: Path | None, overrides: Sequence[str], registries: Registries
 ) -> tuple[RunDirectory, recipes.Recipe]:
@@ -134,8 +143,9 @@ def run_worker(
     )
     watch_parent()
     stopper(RunDirectory(run_dir), env, None)()  # a restart after the launcher aborted exits here
-    pm = make_plugin_manager(blocked=blocked)
-    registries = Registries.from_plugin_manager(pm)
+    with reporting_failures(partial(_plugin_warning, env, launched=bool(os.environ.get(LAUNCHER_ENV)))):
+        pm = make_plugin_manager(blocked=blocked)
+        registries = Registries.from_plugin_manager(pm)
     directory, recipe = _open_run_dir(run_dir, recipe_path, overrides, registries)
     topology = build_topology(recipe)
     mine = list(cells_of(env.rank, env.world, topology.cells))

@@ -73,6 +73,8 @@ class MaskedController(SparsityController[StaticOptions]):
         params = _masks.maskable_parameters(individual.network, o.keep_dense)
         counts = _masks.layer_counts({n: p.shape for n, p in params.items()}, density, o.distribution)
         masks = _masks.random_masks(params, counts, generator=generator)
+        if o.init == "fan_in":
+            _masks.scale_to_active_fan_in(individual.network, masks)
         _masks.apply_masks(params, masks, individual.optimizer)
         seed = int(torch.randint(0, 2**62, (1,), generator=generator, device=generator.device))
         individual.sparse.clear()

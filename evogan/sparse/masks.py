@@ -202,6 +202,32 @@ def apply_masks(
                 value.mul_(_multiplier(mask, value))
 
 
+@torch.no_grad()
+def scale_to_active_fan_in(network: nn.Module, masks: Mapping[str, torch.Tensor]) -> None:
+    """Multiply each output unit's weights by sqrt(fan-in / active fan-in), so a masked layer starts with
+    the activation scale its dense initialisation was drawn for (sparsity-aware initialisation: Evci et
+    al. 2022, "Gradient flow in sparse neural networks"). Without it every masked layer shrinks the signal
+    by sqrt(density), and a sparse pair starts far from where the dense one does. Units with no active
+    input stay zero."""
+    params = dict(network.named_parameters())
+    transposed = {
+        f"{prefix}.{local}" if prefix else local
+        for prefix, module in network.named_modules()
+        if isinstance(module, nn.ConvTranspose1d | nn.ConvTranspose2d | nn.ConvTranspose3d)
+        and (local := weight_name(module)) is not None
+    }
+    for name, mask in masks.items():
+        weight = params[name]
+        # Output units along dim 0 (Linear, Conv), dim 1 for transposed convolutions (in, out, *kernel).
+        unit_dim = 1 if name in transposed else 0
+        per_unit = mask.transpose(0, unit_dim).reshape(mask.shape[unit_dim], -1)
+        active = per_unit.sum(dim=1).clamp(min=1).to(weight.dtype)
+        scale = torch.sqrt(per_unit.shape[1] / active)
+        shape = [1] * weight.dim()
+        shape[unit_dim] = -1
+        weight.mul_(scale.view(shape).to(weight.device))
+
+
 def active_count(masks: Mapping[str, torch.Tensor]) -> int:
     return int(sum(int(mask.sum()) for mask in masks.values()))
 
@@ -232,6 +258,7 @@ __all__ = [
     "overall_density",
     "random_masks",
     "reset_positions",
+    "scale_to_active_fan_in",
     "total_count",
     "weight_name",
 ]

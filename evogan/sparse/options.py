@@ -25,6 +25,12 @@ class StaticOptions(ComponentOptions):
     keep_dense: tuple[str, ...] = Field(
         DEFAULT_KEEP_DENSE, description="Parameter-name fragments never masked."
     )
+    init: Literal["fan_in", "dense"] = Field(
+        "fan_in",
+        description="'fan_in': each unit's initial weights are rescaled to its active fan-in, so a masked "
+        "layer starts at its dense layer's activation scale (Evci et al. 2022); without it the MNIST MLP "
+        "pair collapses at 30 % density. 'dense': the dense initialisation, masked (the reference).",
+    )
     br_freq: int = Field(
         0,
         ge=0,

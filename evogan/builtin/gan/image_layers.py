@@ -7,6 +7,10 @@ import math
 
 import torch
 from torch import nn
+from torch.nn.utils import parametrize
+
+#: Power iterations run on freshly drawn weights, as spectral norm's own constructor does.
+_INIT_POWER_ITERATIONS = 15
 
 
 # --------------------------------------------------------------------------------------------- init
@@ -24,16 +28,44 @@ def materialise(module: nn.Module, generator: torch.Generator, *, dcgan: bool) -
                 nn.init.normal_(layer.weight, 1.0, 0.02, generator=generator)
                 nn.init.zeros_(layer.bias)
             elif isinstance(layer, nn.Conv2d | nn.ConvTranspose2d | nn.Linear):
+                weight = trainable_weight(layer)
                 if dcgan:
-                    nn.init.normal_(layer.weight, 0.0, 0.02, generator=generator)
+                    nn.init.normal_(weight, 0.0, 0.02, generator=generator)
                     if layer.bias is not None:
                         nn.init.zeros_(layer.bias)
                 else:
-                    bound = 1.0 / math.sqrt(layer.weight[0].numel())
-                    nn.init.uniform_(layer.weight, -bound, bound, generator=generator)
+                    bound = 1.0 / math.sqrt(weight[0].numel())
+                    nn.init.uniform_(weight, -bound, bound, generator=generator)
                     if layer.bias is not None:
                         nn.init.uniform_(layer.bias, -bound, bound, generator=generator)
+                if parametrize.is_parametrized(layer, "weight"):
+                    seed_power_iteration(layer, generator)
     return module
+
+
+def trainable_weight(layer: nn.Module) -> torch.Tensor:
+    """The tensor the optimizer updates: ``parametrizations.weight.original`` under spectral norm."""
+    if parametrize.is_parametrized(layer, "weight"):
+        return layer.get_parameter("parametrizations.weight.original")
+    return layer.get_parameter("weight")
+
+
+def seed_power_iteration(layer: nn.Module, generator: torch.Generator) -> None:
+    """Draw spectral norm's ``u`` and ``v`` from ``generator`` and refine them on the current weight."""
+    parametrizations = layer.get_submodule("parametrizations.weight")
+    assert isinstance(parametrizations, nn.ModuleList)
+    for parametrization in parametrizations:
+        u, v = getattr(parametrization, "_u", None), getattr(parametrization, "_v", None)
+        if not isinstance(u, torch.Tensor) or not isinstance(v, torch.Tensor):
+            continue
+        for vector in (u, v):
+            vector.normal_(0.0, 1.0, generator=generator)
+            vector.div_(vector.norm().clamp_min(1e-12))
+    training = layer.training
+    layer.train()
+    for _ in range(_INIT_POWER_ITERATIONS):  # each access in train mode runs one power iteration
+        _ = layer.weight
+    layer.train(training)
 
 
 class Logits(nn.Module):
@@ -103,4 +135,13 @@ def dcgan_discriminator(width: int, channels: int, size: int) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
-__all__ = ["Image", "Logits", "Noise", "dcgan_discriminator", "dcgan_generator", "materialise"]
+__all__ = [
+    "Image",
+    "Logits",
+    "Noise",
+    "dcgan_discriminator",
+    "dcgan_generator",
+    "materialise",
+    "seed_power_iteration",
+    "trainable_weight",
+]

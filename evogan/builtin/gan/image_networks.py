@@ -37,6 +37,11 @@ def _check_image(name: str, sample_shape: tuple[int, ...], size: int, channels: 
 class MnistMlpOptions(ComponentOptions):
     latent_size: int = Field(64, ge=1, description="length of the noise vector z")
     hidden: int = Field(256, ge=1, description="width of both hidden layers")
+    spectral_norm: bool = Field(
+        False,
+        description="spectral norm on every discriminator layer (Miyato et al. 2018): what lets the pair "
+        "train with masked weights (benchmarks/RESULTS.md, 'Sparse training that keeps its quality')",
+    )
 
 
 class MnistMlp(Networks[MnistMlpOptions]):
@@ -55,6 +60,8 @@ class MnistMlp(Networks[MnistMlpOptions]):
 
     def build(self, role: Role, sample_shape: tuple[int, ...], *, generator: torch.Generator) -> nn.Module:
         self.check(sample_shape)
+        from torch.nn.utils.parametrizations import spectral_norm
+
         from evogan.builtin.gan.image_layers import Image, Logits, materialise
 
         z, h, pixels = self.options.latent_size, self.options.hidden, math.prod(self.shape)
@@ -67,11 +74,12 @@ class MnistMlp(Networks[MnistMlpOptions]):
                     Image(self.shape),
                 )  # fmt: skip
             else:
+                sn = spectral_norm if self.options.spectral_norm else (lambda layer: layer)
                 net = nn.Sequential(
                     nn.Flatten(),
-                    nn.Linear(pixels, h), nn.LeakyReLU(0.2),
-                    nn.Linear(h, h), nn.LeakyReLU(0.2),
-                    nn.Linear(h, 1),
+                    sn(nn.Linear(pixels, h)), nn.LeakyReLU(0.2),
+                    sn(nn.Linear(h, h)), nn.LeakyReLU(0.2),
+                    sn(nn.Linear(h, 1)),
                     Logits(),
                 )  # fmt: skip
         return materialise(net, generator, dcgan=False)

@@ -9,10 +9,8 @@ from torch import nn
 from torch.nn.utils import parametrize
 from torch.nn.utils.parametrizations import spectral_norm
 
-from evogan.builtin.gan.image_layers import Logits  # (N, 1) -> (N,), as the DCGAN critic
-
-#: Power iterations run on the freshly drawn weights, as the parametrization's own constructor does.
-_INIT_POWER_ITERATIONS = 15
+# Logits: (N, 1) -> (N,), as the DCGAN critic
+from evogan.builtin.gan.image_layers import Logits, seed_power_iteration, trainable_weight
 
 
 class _Reshape(nn.Module):
@@ -91,37 +89,12 @@ def materialise(module: nn.Module, generator: torch.Generator) -> nn.Module:
             nn.init.ones_(layer.weight)
             nn.init.zeros_(layer.bias)
         elif isinstance(layer, nn.Conv2d | nn.ConvTranspose2d | nn.Linear):
-            nn.init.xavier_uniform_(_trainable_weight(layer), generator=generator)
+            nn.init.xavier_uniform_(trainable_weight(layer), generator=generator)
             if layer.bias is not None:
                 nn.init.zeros_(layer.bias)
             if parametrize.is_parametrized(layer, "weight"):
-                _seed_power_iteration(layer, generator)
+                seed_power_iteration(layer, generator)
     return module
-
-
-def _trainable_weight(layer: nn.Module) -> torch.Tensor:
-    """The tensor the optimizer updates: ``parametrizations.weight.original`` under spectral norm."""
-    if parametrize.is_parametrized(layer, "weight"):
-        return layer.get_parameter("parametrizations.weight.original")
-    return layer.get_parameter("weight")
-
-
-def _seed_power_iteration(layer: nn.Module, generator: torch.Generator) -> None:
-    """Draw spectral norm's ``u`` and ``v`` from ``generator`` and refine them on the current weight."""
-    parametrizations = layer.get_submodule("parametrizations.weight")
-    assert isinstance(parametrizations, nn.ModuleList)
-    for parametrization in parametrizations:
-        u, v = getattr(parametrization, "_u", None), getattr(parametrization, "_v", None)
-        if not isinstance(u, torch.Tensor) or not isinstance(v, torch.Tensor):
-            continue
-        for vector in (u, v):
-            vector.normal_(0.0, 1.0, generator=generator)
-            vector.div_(vector.norm().clamp_min(1e-12))
-    training = layer.training
-    layer.train()
-    for _ in range(_INIT_POWER_ITERATIONS):  # each access in train mode runs one power iteration
-        _ = layer.weight
-    layer.train(training)
 
 
 __all__ = ["materialise", "sngan_discriminator", "sngan_generator"]

@@ -1,0 +1,1 @@
+"""Deliberately broken evogan plugins, one module per way of failing (test data)."""
