@@ -1,15 +1,22 @@
-"""Helpers shared by the benchmark scripts: run a recipe in this process and read its results."""
+"""Helpers shared by the benchmark scripts: run a recipe in this process and read its results; the raw
+per-run logs (``benchmarks/logs/<script>/<commit>.jsonl``) that every table is re-derived from."""
 
 from __future__ import annotations
 
 import json
+import os
+import platform
 import statistics
+import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from evogan.runtime.single import prepare, run_in_process
+
+ROOT = Path(__file__).resolve().parents[1]
+LOGS = ROOT / "benchmarks" / "logs"
 
 
 def run_recipe(recipe: Path, overrides: Sequence[str]) -> tuple[dict[str, Any], float, Path]:
@@ -46,3 +53,52 @@ def mean_sd(values: Sequence[float], digits: int | None = None) -> str:
     if len(values) == 1:
         return mean.format(values[0])
     return f"{mean.format(statistics.mean(values))} ± {sd.format(statistics.stdev(values))}"
+
+
+# ------------------------------------------------------------------------------------------ raw logs
+def git_commit() -> tuple[str, bool]:
+    """HEAD's short hash and whether tracked files differ from it (figures of a dirty tree do not
+    re-derive from the commit; their log file says so in its name)."""
+
+    def git(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
+
+    head = git("rev-parse", "--short=12", "HEAD")
+    if head.returncode != 0:
+        return "unknown", True
+    return head.stdout.strip(), git("diff", "--quiet", "HEAD", "--").returncode != 0
+
+
+def machine() -> dict[str, Any]:
+    """What else the machine was doing: load averages (1, 5, 15 min), cores, architecture."""
+    return {"load": [round(x, 2) for x in os.getloadavg()], "cpus": os.cpu_count(), "arch": platform.machine()}
+
+
+def log_path(script: str, log_dir: Path = LOGS) -> Path:
+    """``<log_dir>/<script>/<commit>.jsonl`` (``<commit>-dirty.jsonl`` for a tree with changes)."""
+    commit, dirty = git_commit()
+    return log_dir / script / f"{commit}{'-dirty' if dirty else ''}.jsonl"
+
+
+def append_log(path: Path, record: dict[str, Any]) -> None:
+    """One run, one line, written at once (a matrix cut short keeps every finished run): a single
+    ``O_APPEND`` write, so processes running parts of a matrix side by side may share one log."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = (json.dumps(record, sort_keys=True) + "\n").encode()
+    handle = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        written = os.write(handle, data)
+        if written != len(data):  # a full disk: say so rather than leave half a line unnoticed
+            raise OSError(f"{path}: wrote {written} of {len(data)} bytes")
+    finally:
+        os.close(handle)
+
+
+def read_logs(paths: Iterable[Path]) -> list[dict[str, Any]]:
+    """Every record of the given files, and of every ``*.jsonl`` inside the given directories."""
+    records = []
+    for path in paths:
+        files = sorted(path.glob("*.jsonl")) if path.is_dir() else [path]
+        for file in files:
+            records += [json.loads(line) for line in file.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return records

@@ -1,121 +1,70 @@
-"""Does a larger grid give better generators? Lipizzaner's claim, on the demo's 5,000 real MNIST digits.
+"""Does a larger grid give better generators? On the demo's 5,000 real MNIST digits, against controls.
 
-1x1, 2x2 and 3x3 tori with the demo recipe's settings (``recipes/demo.toml``), the same number of
-generations and batches for every grid, several seeds. For each run: the best cell's mixture ensemble and
-the best single cell's generator (lowest classifier FID over all cells, from ``summary.json``), both scored
-on the recipe's ``score_samples`` (500) by the project's MNIST classifier (FID on its 50-d features, TVD of
-its class histogram), and the run's wall time. Cells run one after another in this process on
-``--threads`` torch threads, so wall time grows with the number of cells.
+The demo recipe's settings (``recipes/demo.toml``) with ``g_mixture`` (``--pairing``) on 1x1, 2x2 and 3x3
+tori, 100 generations of 50 batches of 100 for every grid (``--generations``, ``--batches``), 3 seeds by
+default, every cell in this process; and the controls of ``_controls.py`` for 2x2 and 3x3: the lone GAN
+at equal steps per cell (``lone-steps`` = ``grid-1x1``) and at the grid's training FLOPs
+(``lone-flops-RxC``), the independent ensemble (``independent-RxC``: ``own_pair``, selection off) and
+every built-in pairing (``pairing-NAME-RxC``). Figures of each run, all on the test stream (the recipe's
+500 samples per score, the project's MNIST classifier: FID on its 50-d features, TVD of its class
+histogram, classes covered; the test reference is the other half of the digits from the validation
+one): the mixture chosen on the validation stream, the single generator chosen on validation, the means
+over the cells of their mixtures and generators. One JSON line per run goes to
+``benchmarks/logs/grid_size/<commit>.jsonl``; ``--summarise`` prints every table from such logs alone.
 
-    .venv/bin/python benchmarks/grid_size.py                        # 5 generations x 40 batches, seeds 1-3
-    .venv/bin/python benchmarks/grid_size.py --generations 2 --batches 5 --seeds 1 --sides 1 2   # smoke
-    .venv/bin/python benchmarks/grid_size.py --set 'pairing={use="reference"}' --json a.json   # one pairing
-    .venv/bin/python benchmarks/grid_size.py --summarise a.json b.json   # runs split over processes
+    .venv/bin/python benchmarks/grid_size.py --list                         # the configurations, no runs
+    .venv/bin/python benchmarks/grid_size.py                                # the full matrix (a day on 2 cores)
+    .venv/bin/python benchmarks/grid_size.py --configs grid-3x3 --seeds 1   # a part
+    .venv/bin/python benchmarks/grid_size.py --grids 1x1 2x2 --generations 1 --batches 2 --seeds 1 \\
+        --configs grid-1x1 grid-2x2 lone-flops-2x2 --log-dir /tmp/logs       # smoke
+    .venv/bin/python benchmarks/grid_size.py --summarise                    # every log of benchmarks/logs/grid_size
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import statistics
 import sys
-import tempfile
-import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import mean_sd, quiet_overrides, run_recipe
-
-ROOT = Path(__file__).resolve().parents[1]
-RECIPE = ROOT / "recipes" / "demo.toml"
+from _common import ROOT
+from _controls import Column, Script, main
 
 
-def one_run(side: int, seed: int, args: argparse.Namespace, output: Path) -> dict[str, Any]:
-    overrides = [
-        *quiet_overrides(seed, args.generations, args.threads, output),
-        f"topology.rows={side}",
-        f"topology.cols={side}",
-        f"problem.batches_per_generation={args.batches}",
-        "run.workers=1",
-        *args.set,
-    ]
-    summary, wall, run_dir = run_recipe(RECIPE, overrides)
-    cells = summary["cells"]
-    best_mixture = cells[str(summary["best_cell"])]["mixture"]
-    single_cell = min(cells, key=lambda c: cells[c]["generator"]["fid"])
-    single = cells[single_cell]["generator"]
-    return {
-        "side": side,
-        "seed": seed,
-        "wall_s": wall,
-        "run_dir": str(run_dir),
-        "best_cell": summary["best_cell"],
-        "mixture_fid": best_mixture["fid"],
-        "mixture_tvd": best_mixture["tvd"],
-        "mixture_classes": best_mixture["classes_covered"],
-        "single_cell": int(single_cell),
-        "single_fid": single["fid"],
-        "single_tvd": single["tvd"],
-        "single_classes": single["classes_covered"],
-        "mean_cell_mixture_fid": statistics.mean(cells[c]["mixture"]["fid"] for c in cells),
-        "mean_cell_generator_fid": statistics.mean(cells[c]["generator"]["fid"] for c in cells),
-    }
+def best_generator(cells: Mapping[str, Any]) -> str:
+    """The lowest classifier FID on the validation stream."""
+    return min(cells, key=lambda cell: cells[cell]["validation"]["generator"]["fid"])
 
 
-def table(rows: list[dict[str, Any]], sides: list[int]) -> str:
-    lines = [
-        "| grid | seeds | mixture TVD | mixture FID | mixture classes | best single G TVD | best single G FID "
-        "| mean cell G FID | wall s |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for side in sides:
-        group = [r for r in rows if r["side"] == side]
-        if not group:
-            continue
-        cols = ["mixture_tvd", "mixture_fid", "mixture_classes", "single_tvd", "single_fid",
-                "mean_cell_generator_fid", "wall_s"]
-        values = " | ".join(mean_sd([r[c] for r in group]) for c in cols)
-        seeds = " ".join(str(r["seed"]) for r in group)
-        lines.append(f"| {side}x{side} | {seeds} | {values} |")
-    return "\n".join(lines)
+def batches(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--batches", type=int, default=50, help="batches of 100 per generation")
+    parser.set_defaults(pairing="g_mixture")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--generations", type=int, default=5)
-    parser.add_argument("--batches", type=int, default=40, help="batches of 100 per generation")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
-    parser.add_argument("--sides", type=int, nargs="+", default=[1, 2, 3])
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--output-dir", type=Path, default=None, help="keep the runs here (default: temp)")
-    parser.add_argument("--json", type=Path, default=None, help="also write every run's figures here")
-    parser.add_argument("--set", nargs="+", default=[], help="further recipe overrides, KEY=VALUE")
-    parser.add_argument("--summarise", type=Path, nargs="+", help="print the table of these --json files and stop")
-    args = parser.parse_args()
-    if args.summarise:  # runs split over several processes, each with its own --json
-        rows = [row for path in args.summarise for row in json.loads(path.read_text())]
-        print(table(rows, sorted({row["side"] for row in rows})))
-        return
-    output = args.output_dir or Path(tempfile.mkdtemp(prefix="evogan-grid-"))
-    rows = []
-    started = time.perf_counter()
-    for seed in args.seeds:  # seeds outermost: a partial result still covers every grid
-        for side in args.sides:
-            row = one_run(side, seed, args, output)
-            rows.append(row)
-            print(
-                f"{side}x{side} seed {seed}: mixture tvd={row['mixture_tvd']:.3f} fid={row['mixture_fid']:.1f} "
-                f"(cell {row['best_cell']}); single G tvd={row['single_tvd']:.3f} fid={row['single_fid']:.1f} "
-                f"(cell {row['single_cell']}); {row['wall_s']:.0f} s",
-                flush=True,
-            )
-            if args.json:
-                args.json.write_text(json.dumps(rows, indent=1))
-    print(f"\n{args.generations} generations x {args.batches} batches of 100, seeds {args.seeds}, "
-          f"threads {args.threads}, total {time.perf_counter() - started:.0f} s; runs in {output}\n")
-    print(table(rows, args.sides))
+SCRIPT = Script(
+    name="grid_size",
+    recipe=ROOT / "recipes" / "demo.toml",
+    grids=("1x1", "2x2", "3x3"),
+    seeds=(1, 2, 3),
+    generations=100,
+    columns=(
+        Column("mixture FID", ("test", "best_mixture", "fid"), 1),
+        Column("mixture TVD", ("test", "best_mixture", "tvd"), 3),
+        Column("mixture classes", ("test", "best_mixture", "classes_covered")),
+        Column("best G FID", ("test", "best_generator", "fid"), 1),
+        Column("mean cell mixture FID", ("test", "mean_over_cells", "mixture", "fid"), 1),
+        Column("mean cell G FID", ("test", "mean_over_cells", "generator", "fid"), 1),
+        Column("training TFLOPs", ("training_flops",), None, 1e-12),
+        Column("wall s", ("wall_s",), 0),
+    ),
+    target=("fid",),
+    higher_is_better=False,
+    best_generator=best_generator,
+    base=lambda args: [f"problem.batches_per_generation={args.batches}"],
+)
 
 
 if __name__ == "__main__":
-    main()
+    main(SCRIPT, __doc__ or "", batches)

@@ -1,117 +1,68 @@
-"""Mode collapse on the 25-mode grid: one GAN (1x1) against 2x2 and 3x3 Lipizzaner grids, per pairing.
+"""Mode collapse on the 25-mode grid: the grid against its controls, test-stream figures only.
 
-Same recipe (recipes/toy-grid.toml unless --recipe), same generations (so equal generator steps per
-cell), several seeds, every pairing named by --pairings. For each run: modes covered and the
-high-quality fraction of the best cell's mixture ensemble and of the best single generator (2,500
-samples each), the mean modes of the cells' generators, and wall time. A compute-fair lone GAN is a 1x1
-given the grid's total steps: ``--grids 1x1 --generations 900`` against a 3x3 of 100. ``--log`` appends
-one JSON line per run; ``--summarise LOG...`` prints the table of runs logged by earlier invocations
-(two processes side by side each write their own log). Usage:
+``recipes/toy-grid.toml`` (unless --recipe) at 3x3 and 1x1, 5 seeds by default, and the controls of
+``_controls.py``: the lone GAN at equal steps per cell (``lone-steps``) and at the grid's training FLOPs
+(``lone-flops-3x3``, which counts each ``g_mixture`` generator step's extra discriminator forwards), the
+independent ensemble (``independent-3x3``: ``own_pair``, selection off) and every built-in pairing
+(``pairing-NAME-3x3``). Figures of each run (2,500 samples per score, the recipe's score_samples): modes
+covered, high-quality fraction and mode TVD of the mixture chosen on the validation stream, scored on the
+test stream; the same of the best single generator (chosen on validation); the test means over the cells
+of their mixtures and generators. One JSON line per run goes to
+``benchmarks/logs/mode_collapse/<commit>.jsonl``; ``--summarise`` prints every table from such logs
+alone. Usage:
 
-    .venv/bin/python benchmarks/mode_collapse.py [--generations 100] [--seeds 1 2 3] [--grids 1x1 2x2 3x3]
-        [--pairings reference g_mixture] [--recipe recipes/toy-ring.toml] [--set KEY=VALUE ...]
-        [--log runs.jsonl]
-    .venv/bin/python benchmarks/mode_collapse.py --summarise a.jsonl b.jsonl
+    .venv/bin/python benchmarks/mode_collapse.py --list                 # the configurations, no runs
+    .venv/bin/python benchmarks/mode_collapse.py                        # the full matrix (hours on 2 cores)
+    .venv/bin/python benchmarks/mode_collapse.py --configs grid-3x3 lone-steps --seeds 1 2   # a part
+    .venv/bin/python benchmarks/mode_collapse.py --grids 2x2 --generations 2 --seeds 1 \\
+        --set problem.batches_per_generation=5 --log-dir /tmp/logs     # smoke
+    .venv/bin/python benchmarks/mode_collapse.py --summarise            # every log of benchmarks/logs/mode_collapse
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import statistics
-import tempfile
-from collections.abc import Sequence
+import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from _common import mean_sd, run_recipe
-from rich.console import Console
-from rich.table import Table
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import ROOT
+from _controls import Column, Script, main
 
-ROOT = Path(__file__).resolve().parents[1]
-COLUMNS = ("mix_modes", "mix_hq", "gen_modes", "gen_hq", "cell_modes", "wall")
-
-
-def measure(
-    recipe: Path, grid: str, pairing: str, seed: int, generations: int, out: Path, extra: Sequence[str] = ()
-) -> dict[str, Any]:
-    rows, cols = grid.split("x")
-    summary, wall, _ = run_recipe(
-        recipe,
-        [
-            f"run.seed={seed}",
-            f"run.generations={generations}",
-            f"topology.rows={rows}",
-            f"topology.cols={cols}",
-            f'pairing={{use="{pairing}"}}',
-            f'run.output_dir="{out}"',
-            *extra,
-        ],
-    )
-    cells = [cell["generator"] for cell in summary["cells"].values()]
-    best = max(cells, key=lambda g: (g["modes_covered"], g["hq_fraction"]))
-    return {
-        "recipe": " ".join([recipe.name, *extra]),
-        "grid": grid,
-        "pairing": pairing,
-        "generations": generations,
-        "seed": seed,
-        "mix_modes": summary["best_mixture"]["modes_covered"],
-        "mix_hq": summary["best_mixture"]["hq_fraction"],
-        "gen_modes": best["modes_covered"],
-        "gen_hq": best["hq_fraction"],
-        "cell_modes": statistics.mean(g["modes_covered"] for g in cells),
-        "per_cell_modes": sorted((g["modes_covered"] for g in cells), reverse=True),
-        "wall": wall,
-    }
+MODES = ("modes_covered",)
 
 
-def table(results: Sequence[dict[str, Any]]) -> Table:
-    groups: dict[tuple[str, str, str, int], list[dict[str, Any]]] = {}
-    for result in results:
-        key = (result["recipe"], result["grid"], result["pairing"], result["generations"])
-        groups.setdefault(key, []).append(result)
-    out = Table(title="best mixture and cells' generators (mean ± sd over seeds)")
-    headers = ("recipe", "grid", "pairing", "generations", "seeds")
-    headers += ("modes (mixture)", "HQ (mixture)", "modes (best G)", "HQ (best G)", "modes (mean cell G)", "wall s")
-    for column in headers:
-        out.add_column(column, justify="right")
-    for (recipe, grid, pairing, generations), runs in groups.items():
-        seeds = ",".join(str(r["seed"]) for r in runs)
-        figures = [mean_sd([r[c] for r in runs]) for c in COLUMNS]
-        out.add_row(recipe, grid, pairing, str(generations), seeds, *figures)
-    return out
+def best_generator(cells: Mapping[str, Any]) -> str:
+    """Most modes, then the highest high-quality fraction, on the validation stream."""
+    def key(cell: str) -> tuple[float, float]:
+        scores = cells[cell]["validation"]["generator"]
+        return scores["modes_covered"], scores["hq_fraction"]
+
+    return max(cells, key=key)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--generations", type=int, default=100)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
-    parser.add_argument("--grids", nargs="+", default=["1x1", "2x2", "3x3"])
-    parser.add_argument("--pairings", nargs="+", default=["reference"], help="registered pairing names")
-    parser.add_argument("--recipe", type=Path, default=ROOT / "recipes" / "toy-grid.toml")
-    parser.add_argument("--set", nargs="+", default=[], help="further recipe overrides, KEY=VALUE")
-    parser.add_argument("--log", type=Path, help="append one JSON line per run here")
-    parser.add_argument("--summarise", type=Path, nargs="+", help="print the table of these logs and stop")
-    args = parser.parse_args()
-    console = Console(width=180)
-    if args.summarise:
-        logged = [json.loads(line) for path in args.summarise for line in path.read_text().splitlines()]
-        console.print(table(logged))
-        return
-    out = Path(tempfile.mkdtemp(prefix="evogan-mode-collapse-"))
-    results = []
-    for grid in args.grids:
-        for pairing in args.pairings:
-            for seed in args.seeds:
-                result = measure(args.recipe, grid, pairing, seed, args.generations, out, args.set)
-                results.append(result)
-                print(json.dumps(result), flush=True)
-                if args.log:
-                    with args.log.open("a") as log:
-                        log.write(json.dumps(result) + "\n")
-    console.print(table(results))
+SCRIPT = Script(
+    name="mode_collapse",
+    recipe=ROOT / "recipes" / "toy-grid.toml",
+    grids=("1x1", "3x3"),
+    seeds=(1, 2, 3, 4, 5),
+    generations=100,
+    columns=(
+        Column("modes (mixture)", ("test", "best_mixture", "modes_covered")),
+        Column("HQ (mixture)", ("test", "best_mixture", "hq_fraction"), 2),
+        Column("TVD (mixture)", ("test", "best_mixture", "tvd"), 3),
+        Column("modes (best G)", ("test", "best_generator", "modes_covered")),
+        Column("modes (mean cell mixture)", ("test", "mean_over_cells", "mixture", "modes_covered")),
+        Column("modes (mean cell G)", ("test", "mean_over_cells", "generator", "modes_covered")),
+        Column("training TFLOPs", ("training_flops",), None, 1e-12),
+        Column("wall s", ("wall_s",), 0),
+    ),
+    target=MODES,
+    higher_is_better=True,
+    best_generator=best_generator,
+)
 
 
 if __name__ == "__main__":
-    main()
+    main(SCRIPT, __doc__ or "")

@@ -22,7 +22,7 @@ import abc
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypeVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -245,6 +245,10 @@ class SparsityController(Component[OptionsT]):
 
 
 # --------------------------------------------------------------------------------------------- problem
+#: The run's score streams: ``validation`` for every score that chooses, ``test`` for what is reported.
+ScoreStream = Literal["validation", "test"]
+
+
 @dataclass
 class ProblemContext:
     """What a problem may know about the run it serves."""
@@ -445,6 +449,20 @@ class Problem(Component[OptionsT]):
         """The problem's metrics for a weighted ensemble of generators (one network: weights ``[1.0]``)."""
         raise NotImplementedError
 
+    def evaluate_on(
+        self,
+        generators: Sequence[nn.Module],
+        weights: Sequence[float],
+        *,
+        stream: ScoreStream,
+        generator: torch.Generator,
+    ) -> dict[str, float]:
+        """:meth:`evaluate` for one of the run's score streams: ``validation`` (every score that chooses)
+        or ``test`` (what is reported); ``generator`` holds that stream's noise. A problem that also scores
+        against real data may keep separate real samples (and sample counts) per stream; the default
+        scores both alike through :meth:`evaluate`."""
+        return self.evaluate(generators, weights, generator=generator)
+
     @abc.abstractmethod
     def objective(self, metrics: Mapping[str, float]) -> float:
         """The number the mixture ES minimises, taken from :meth:`evaluate`'s result."""
@@ -455,7 +473,8 @@ class Problem(Component[OptionsT]):
     ) -> Callable[[Sequence[float]], dict[str, float]]:
         """A function scoring weight vectors of one ensemble on common random numbers: every call sees
         the same noise, so candidates differ only in their weights (the mixture optimisation after
-        training). ``seeds`` has one seed per generator; ``samples`` is the sample size (0: the
+        training, which chooses with it: it scores as the ``validation`` stream does, its seeds drawn from
+        that stream). ``seeds`` has one seed per generator; ``samples`` is the sample size (0: the
         problem's choice). The default calls :meth:`evaluate` with a generator seeded from ``seeds[0]``
         and the problem's own sample size; a problem may draw each generator's samples once (faster,
         and the same generator then gives the same samples in every ensemble)."""
@@ -762,6 +781,7 @@ __all__ = [
     "Received",
     "Role",
     "Sampler",
+    "ScoreStream",
     "Selection",
     "SparsityController",
     "StackedFitness",

@@ -33,58 +33,63 @@ optimized_option = click.option(
 def evaluate(
     run_dir: Path, as_json: bool, device: str | None, optimized: str | None, disable: tuple[str, ...]
 ) -> None:
-    """Score every cell's best generator and its mixture ensemble from RUN_DIR's checkpoints (and, with
-    --optimized, the optimised ensemble on the same evaluation noise as the best cell's mixture)."""
-    import torch
+    """Score every cell's best generator and its mixture ensemble from RUN_DIR's checkpoints on the test
+    stream, choose the best mixture on the validation stream (shown beside it), and average the test
+    scores over the cells; with --optimized, the optimised ensemble on both streams too."""
     from rich.console import Console
     from rich.table import Table
 
+    from evogan.builtin.reporter import metrics_text, summary_lines
     from evogan.engine.ensemble import optimized_ensemble
-    from evogan.engine.run import best_cell, evaluation_seed
+    from evogan.engine.run import reported
+    from evogan.rng import score_generator
     from evogan.trained import load
 
     trained = load(run_dir, device=device, disable=disable)
     scores = trained.scores()
-    best = best_cell(scores)
-    result = {
-        "run": str(run_dir),
-        "best_cell": int(best),
-        "cells": scores,
-        **trained.problem.describe(),
-    }
+    result = {"run": str(run_dir), **reported(scores), "cells": scores, **trained.problem.describe()}
+    best = str(result["best_cell"])
     if optimized:
-        problem = trained.problem
+        problem, seed = trained.problem, trained.recipe.run.seed
         networks, weights, chosen = optimized_ensemble(run_dir, optimized, trained.cells)
-        noise = evaluation_seed(trained.recipe.run.seed, trained.cells[int(best)])
-        metrics = problem.evaluate(networks, weights, generator=torch.Generator().manual_seed(noise))
+        on = {
+            stream: problem.evaluate_on(networks, weights, stream=stream, generator=score_generator(seed, stream))
+            for stream in ("validation", "test")
+        }
         result["optimized"] = {
             "pool": optimized,
             "weights": chosen["after"]["weights"],
-            "metrics": metrics,
-            "score": problem.objective(metrics),
+            "metrics": on["test"],
+            "score": problem.objective(on["test"]),
+            "validation": {"metrics": on["validation"], "score": problem.objective(on["validation"])},
         }
     if as_json:
         click.echo(json.dumps(result, indent=2, default=float))
         return
     keys = list(next(iter(scores.values()))["mixture"])
-    table = Table(box=None, header_style="bold")
-    for column in ["cell", "generation", *[f"G {k}" for k in keys], *[f"mixture {k}" for k in keys]]:
+    table = Table(box=None, header_style="bold", title="test stream; the best mixture is chosen on validation")
+    columns = ["cell", "generation", "val. score", *[f"G {k}" for k in keys], *[f"mixture {k}" for k in keys]]
+    for column in columns:
         table.add_column(column, justify="right")
     for cell, score in scores.items():
         style = "bold green" if cell == best else None
         table.add_row(
             cell,
             str(score["generation"]),
+            f"{score['validation']['mixture_score']:.4g}",
             *[f"{score['generator'][k]:.4g}" for k in keys],
             *[f"{score['mixture'][k]:.4g}" for k in keys],
             style=style,
         )
     console = Console()
     console.print(table)
-    console.print(f"best mixture ensemble: cell {best}")
+    for line in summary_lines(result):
+        console.print(line, highlight=False)
     if optimized:
-        chosen_metrics = ", ".join(f"{k} {v:.4g}" for k, v in result["optimized"]["metrics"].items())
-        console.print(f"optimised {optimized} ensemble (same noise as cell {best}): {chosen_metrics}")
+        chosen_metrics = metrics_text(result["optimized"]["metrics"])
+        validation = metrics_text(result["optimized"]["validation"]["metrics"])
+        line = f"optimised {optimized} ensemble: test {chosen_metrics}; validation {validation}"
+        console.print(line, highlight=False)
 
 
 @click.command()
@@ -107,7 +112,11 @@ def evaluate(
     default=None,
     help="Start from random normalised weights or the trained ones (default: mixture.optimize.random_init).",
 )
-@click.option("--seed", type=int, help="Seed of the ES and its noise (default: run.seed).")
+@click.option(
+    "--seed",
+    type=int,
+    help="Seed of the ES and its validation noise (default: run.seed); the test stream is always run.seed's.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the record as JSON.")
 @device_option
 @disable_option
@@ -124,8 +133,9 @@ def optimize(
     device: str | None,
     disable: tuple[str, ...],
 ) -> None:
-    """Optimise the mixture weights of RUN_DIR's finished ensembles with a (1+1)-ES on fixed noise
-    (Lipizzaner's optimize_mixture); write RUN_DIR/optimized-mixture.json, leave the checkpoints alone."""
+    """Optimise the mixture weights of RUN_DIR's finished ensembles with a (1+1)-ES on the validation
+    stream (Lipizzaner's optimize_mixture), report them on the test stream; write
+    RUN_DIR/optimized-mixture.json, leave the checkpoints alone."""
     from rich.console import Console
     from rich.table import Table
 
@@ -142,13 +152,19 @@ def optimize(
             changes[key] = value
     options = configured.model_copy(update=changes)
     entry = optimise_run(
-        trained.run_dir, trained.problem, trained.cells, options, seed=recipe.run.seed if seed is None else seed
+        trained.run_dir,
+        trained.problem,
+        trained.cells,
+        options,
+        seed=recipe.run.seed if seed is None else seed,
+        test_seed=recipe.run.seed,
     )
     if as_json:
         click.echo(json.dumps(entry, indent=2, default=float))
         return
-    table = Table(box=None, header_style="bold")
-    for column in ("ensemble", "members", "score before", "score after", "accepted", "weights after"):
+    table = Table(box=None, header_style="bold", title="tuned and chosen on validation, reported on test")
+    columns = ("ensemble", "members", "validation before", "validation after", "test before", "test after")
+    for column in (*columns, "accepted", "weights after"):
         table.add_column(column, justify="right")
     for i, result in enumerate(entry["ensembles"]):
         label = "every cell" if result["centre"] is None else f"cell {result['centre']}"
@@ -158,6 +174,8 @@ def optimize(
             " ".join(result["members"]),
             f"{result['before']['score']:.4g}",
             f"{result['after']['score']:.4g}",
+            f"{result['before']['test']['score']:.4g}",
+            f"{result['after']['test']['score']:.4g}",
             str(result["accepted"]),
             weights,
             style="bold green" if i == entry["best"] else None,

@@ -102,7 +102,10 @@ class OptimizeSection(_Table):
         0, ge=0, description="ES generations after the last training generation (0: none; Lipizzaner 10, configs 50)"
     )
     samples: int = Field(
-        0, ge=0, description="samples per score, on noise fixed for every candidate (0: problem's score_samples)"
+        0,
+        ge=0,
+        description="samples per validation score, on noise fixed for every candidate (0: problem's "
+        "score_samples); the test re-score of the result uses the problem's test count",
     )
     random_init: bool = Field(
         False, description="start from random normalised weights instead of the trained ones (es_random_init)"

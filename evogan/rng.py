@@ -3,6 +3,13 @@
 ``SeedSequence(seed, spawn_key=(cell, generation, stream))`` gives every (cell, generation) its own
 independent streams, so a cell's numbers do not depend on how cells are spread over processes, and a
 resumed run draws exactly what an uninterrupted one would.
+
+Scores have streams of their own (``validation`` and ``test``): run-wide, the same for every cell, so cells
+are compared on common noise; their spawn keys share no stream index with training, fitness, pictures or
+the per-generation mixture ES, so their noise never coincides with any of those. Every score that chooses
+(the best cell, the ensemble, optimised weights) is taken on the validation stream; what is reported is
+re-scored on the test stream. The per-generation mixture ES scores on validation noise of its own, drawn
+from that generation's evolution stream (where it has always been drawn: records stay as they were).
 """
 
 from __future__ import annotations
@@ -12,12 +19,43 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from evogan.api import ScoreStream
+
 # Streams within one (cell, generation): separate so adding draws to one never shifts another.
-STREAMS = {"evolution": 0, "torch": 1, "init": 2, "evaluation": 3, "data": 4, "mixture": 5}
+STREAMS = {
+    "evolution": 0,
+    "torch": 1,
+    "init": 2,
+    "evaluation": 3,  # pictures
+    "data": 4,
+    "mixture": 5,
+    "validation": 6,  # scores that choose
+    "test": 7,  # scores that are reported
+}
+SCORE_STREAMS: tuple[ScoreStream, ...] = ("validation", "test")
 
 
 def seed_sequence(seed: int, cell: int, generation: int, stream: str) -> np.random.SeedSequence:
     return np.random.SeedSequence(seed, spawn_key=(cell, generation, STREAMS[stream]))
+
+
+def score_sequence(seed: int, stream: str, member: int | None = None) -> np.random.SeedSequence:
+    """The noise of ``stream`` (``validation`` or ``test``): run-wide (cell and generation slots 0), or
+    with ``member`` one generator's own noise (slots ``(member, 1)``: the mixture optimiser draws each
+    generator's samples once, the same in every ensemble)."""
+    if stream not in SCORE_STREAMS:
+        raise ValueError(f"score stream {stream!r}: expected one of {', '.join(SCORE_STREAMS)}")
+    return seed_sequence(seed, 0, 0, stream) if member is None else seed_sequence(seed, member, 1, stream)
+
+
+def score_seed(seed: int, stream: str, member: int | None = None) -> int:
+    """A torch seed of :func:`score_sequence` (63 bits, as ``torch.Generator.manual_seed`` takes)."""
+    return int(score_sequence(seed, stream, member).generate_state(1, np.uint64)[0] >> 1)
+
+
+def score_generator(seed: int, stream: str) -> torch.Generator:
+    """A fresh generator of ``stream``'s run-wide noise: every call starts the stream from the beginning."""
+    return torch.Generator().manual_seed(score_seed(seed, stream))
 
 
 @dataclass
@@ -44,4 +82,4 @@ class CellRandom:
         return cls.for_generation(seed, cell, 0, stream)
 
 
-__all__ = ["STREAMS", "CellRandom", "seed_sequence"]
+__all__ = ["SCORE_STREAMS", "STREAMS", "CellRandom", "score_generator", "score_seed", "score_sequence", "seed_sequence"]

@@ -12,13 +12,14 @@ from click.testing import CliRunner
 
 from evogan.builtin.gan.problem import GanProblem
 from evogan.cli import _attach_commands, cli
-from evogan.engine.ensemble import OPTIMIZED_FILE, Ensemble, optimise
+from evogan.engine.ensemble import OPTIMIZED_FILE, Ensemble, optimise, optimise_run
 from evogan.engine.run import build_settings
-from evogan.engine.rundir import file_sha256
+from evogan.engine.rundir import RunDirectory, file_sha256
 from evogan.errors import RecipeError
 from evogan.plugins import make_plugin_manager
 from evogan.recipe import OptimizeSection, load
 from evogan.registry import Registries
+from evogan.rng import score_seed
 from evogan.runtime.single import prepare, run_in_process
 
 _attach_commands()
@@ -29,17 +30,35 @@ def invoke(*args: str):
     return CliRunner().invoke(cli, list(args), catch_exceptions=False)
 
 
-class Distance:
-    """A problem whose score is the squared distance of the weights to TARGET; it counts its scorers."""
+def distance(weights: Sequence[float], target: Sequence[float]) -> float:
+    return float(sum((a - b) ** 2 for a, b in zip(weights, target, strict=False)))
 
-    def __init__(self) -> None:
+
+class Distance:
+    """A problem whose validation score is the squared distance of the weights to TARGET (its test score:
+    to ``test_target``); it counts its scorers and the streams it is asked to score on."""
+
+    def __init__(self, test_target: Sequence[float] = TARGET) -> None:
         self.scorers: list[tuple[int, ...]] = []
+        self.streams: list[tuple[str, int]] = []
+        self.test_target = test_target
 
     def ensemble_scorer(
         self, generators: Sequence[torch.nn.Module], seeds: Sequence[int], *, samples: int = 0
     ) -> Callable[[Sequence[float]], dict[str, float]]:
         self.scorers.append(tuple(seeds))
-        return lambda w: {"distance": float(sum((a - b) ** 2 for a, b in zip(w, TARGET, strict=False)))}
+        return lambda w: {"distance": distance(w, TARGET)}
+
+    def evaluate_on(
+        self,
+        generators: Sequence[torch.nn.Module],
+        weights: Sequence[float],
+        *,
+        stream: str,
+        generator: torch.Generator,
+    ) -> dict[str, float]:
+        self.streams.append((stream, generator.initial_seed()))
+        return {"distance": distance(weights, TARGET if stream == "validation" else self.test_target)}
 
     def objective(self, metrics: Mapping[str, float]) -> float:
         return metrics["distance"]
@@ -62,6 +81,49 @@ def test_the_es_only_ever_improves_and_gets_near_the_optimum(random_init: bool) 
     assert len(problem.scorers) == 1  # one scorer: every candidate on the same noise
     again = optimise(Distance(), ensemble([0.25] * 4), options, seed=3, grid=4)  # type: ignore[arg-type]
     assert again == result
+
+
+def test_the_es_tunes_on_validation_and_reports_the_test_stream_of_the_runs_seed() -> None:
+    problem = Distance(test_target=[0.0, 0.0, 0.0, 1.0])
+    options = OptimizeSection(generations=200, sigma=0.05)
+    result = optimise(problem, ensemble([0.25] * 4), options, seed=3, grid=4, test_seed=1)  # type: ignore[arg-type]
+    after = result["after"]
+    assert after["score"] < result["before"]["score"]  # it moved towards TARGET, the validation optimum
+    assert after["test"]["score"] == distance(list(after["weights"].values()), [0.0, 0.0, 0.0, 1.0])
+    assert after["test"]["score"] > result["before"]["test"]["score"]  # the test stream never steered it
+    test_noise = score_seed(1, "test")
+    assert problem.streams == [("test", test_noise), ("test", test_noise)]  # before and after, the run's seed
+    assert test_noise not in {seed for seeds in problem.scorers for seed in seeds}
+
+
+class Loaded:
+    """A cell as ensembles() reads it: index, generation and its mixture ensemble."""
+
+    def __init__(self, index: int) -> None:
+        self.index, self.generation = index, 5
+
+    def mixture_ensemble(self) -> tuple[list[int], list[torch.nn.Module], list[float]]:
+        return [self.index], [torch.nn.Identity()], [1.0]
+
+
+def test_the_run_chooses_its_best_ensemble_on_validation(tmp_path: Path) -> None:
+    """Validation scores cell 0's ensemble worse than cell 1's, the test stream calls both perfect (a tie
+    cell 0 would win): cell 1 is chosen."""
+
+    class Favour(Distance):
+        def ensemble_scorer(self, generators, seeds, *, samples=0):  # type: ignore[no-untyped-def]
+            worse = seeds[0] == score_seed(7, "validation", 0)
+            return lambda w: {"distance": 2.0 if worse else 1.0}
+
+        def evaluate_on(self, generators, weights, *, stream, generator):  # type: ignore[no-untyped-def]
+            return {"distance": 0.0}  # the test stream calls every ensemble perfect
+
+    options = OptimizeSection(generations=1)
+    cells = [Loaded(0), Loaded(1)]
+    entry = optimise_run(RunDirectory(tmp_path), Favour(), cells, options, seed=7)  # type: ignore[arg-type]
+    assert entry["best"] == 1 and entry["evaluation"] == {"chosen_on": "validation", "reported_on": "test"}
+    assert [e["after"]["test"]["score"] for e in entry["ensembles"]] == [0.0, 0.0]
+    assert json.loads((tmp_path / OPTIMIZED_FILE).read_text())["neighbourhood"]["best"] == 1
 
 
 def test_a_members_noise_seed_is_its_own_in_every_ensemble() -> None:

@@ -8,7 +8,7 @@ import math
 
 from rich.console import Console
 
-from evogan.builtin.reporter import TerminalReporter, grid_view, score_colour
+from evogan.builtin.reporter import TerminalReporter, grid_view, score_colour, summary_lines
 from evogan.engine.plots import cell_rows
 
 
@@ -79,3 +79,17 @@ def test_the_grid_sits_beside_the_table_when_wide_and_below_it_when_narrow() -> 
     assert narrow[0].startswith("cell") and "mixture score, 2x2" not in narrow[0]
     title = [line.strip() for line in narrow].index("mixture score, 2x2")
     assert title > 4 and narrow[title + 1].split() == ["0:0.1", "1:0.2"]
+
+
+def test_the_reported_lines_end_with_the_chosen_mixture_on_test_beside_its_validation_figures() -> None:
+    summary = {
+        "best_cell": 2,
+        "best_mixture": {"tvd": 0.5, "modes_covered": 7.0},
+        "best_mixture_validation": {"tvd": 0.25, "modes_covered": 8.0},
+        "mean_over_cells": {"mixture": {"tvd": 0.625}, "generator": {"tvd": 0.875}},
+    }
+    assert summary_lines(summary) == [
+        "mean over cells, test: mixture tvd=0.625; best generator alone tvd=0.875",
+        "best mixture ensemble: cell 2 (chosen on validation): test modes_covered=7, tvd=0.5; "
+        "validation modes_covered=8, tvd=0.25",
+    ]

@@ -3,17 +3,28 @@
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 import torch
+from click.testing import CliRunner
 
 from evogan import hookimpl
-from evogan.engine.run import Driver
+from evogan import recipe as recipes
+from evogan.api import ComponentOptions, DataSource, Metric
+from evogan.cli import _attach_commands, cli
+from evogan.engine.cell import Cell
+from evogan.engine.run import Driver, best_cell, build_settings, build_topology, mean_over_cells, score_cells
 from evogan.engine.rundir import RunDirectory
 from evogan.errors import UserError
+from evogan.plugins import make_plugin_manager
+from evogan.registry import Registries
 from evogan.runtime.single import prepare, run_in_process
-from evogan.testing import registered
+from evogan.testing import registered, run_tiny
+
+_attach_commands()
 
 
 def run(path: Path, *overrides: str, stop_after: int | None = None) -> Path:
@@ -142,3 +153,90 @@ def test_sparse_run_keeps_masks_through_exchange_and_resume(tiny_recipe) -> None
     assert abs(record["sparsity"]["density_g"] - 0.3) < 0.01 and 0 < record["sparsity"]["flops_ratio"] < 1
     run_in_process(prepare(None, resume_dir=run_dir, overrides=["run.generations=3"]))
     assert metrics(run_dir)[-1]["generation"] == 3
+
+
+# ------------------------------------------------------------------------------------------ evaluation
+class NoiseProbe(Metric[ComponentOptions]):
+    """A metric that sees the noise: the mean of the samples (lower is better) and how many there were;
+    it keeps the real data it was prepared on."""
+
+    name: ClassVar[str] = "noise_probe"
+    description: ClassVar[str] = "mean and count of the samples (tests)"
+    primary: ClassVar[str] = "mean"
+    Options = ComponentOptions
+
+    def prepare(self, data: DataSource, device: torch.device, *, generator: torch.Generator) -> None:
+        self.prepared_on = data
+
+    def score(self, samples: torch.Tensor) -> dict[str, float]:
+        return {"mean": float(samples.mean()), "n": float(samples.shape[0])}
+
+
+class ProbePlugin:
+    @hookimpl
+    def evogan_register_metrics(self, register) -> None:  # type: ignore[no-untyped-def]
+        register(NoiseProbe)
+
+
+PROBE = 'problem.metric={use="noise_probe"}'
+
+
+def test_the_best_cell_is_chosen_on_validation_and_reported_on_test(tiny_recipe) -> None:
+    recipe = tiny_recipe(generations=1, overrides=[PROBE, "problem.test_samples=96"])
+    run_dir = run_tiny(recipe, ProbePlugin())
+    summary = json.loads((run_dir / "summary.json").read_text())
+    cells = summary["cells"]
+    chosen = min(cells, key=lambda c: cells[c]["validation"]["mixture_score"])
+    assert summary["best_cell"] == int(chosen) and summary["evaluation"] == {
+        "chosen_on": "validation",
+        "reported_on": "test",
+    }
+    assert summary["best_mixture"] == cells[chosen]["mixture"]  # the test figure is the one reported
+    assert summary["best_mixture_validation"] == cells[chosen]["validation"]["mixture"]
+    for scores in cells.values():
+        test, validation = scores, scores["validation"]
+        assert test["mixture"]["n"] == test["generator"]["n"] == 96  # problem.test_samples
+        assert validation["mixture"]["n"] == validation["generator"]["n"] == 128  # problem.score_samples
+        assert test["mixture_score"] == test["mixture"]["mean"] != validation["mixture"]["mean"]  # other noise
+    for part in ("mixture", "generator"):
+        expected = statistics.fmean(scores[part]["mean"] for scores in cells.values())
+        assert summary["mean_over_cells"][part]["mean"] == pytest.approx(expected)
+    assert summary["problem"]["score_samples"] == 128 and summary["problem"]["test_samples"] == 96
+    again = json.loads((run_tiny(recipe, ProbePlugin()) / "summary.json").read_text())
+    assert again["cells"] == cells and again["mean_over_cells"] == summary["mean_over_cells"]  # same seed, same numbers
+
+    with registered(ProbePlugin()):  # `evogan evaluate` re-scores the checkpoints exactly so
+        result = CliRunner().invoke(cli, ["evaluate", str(run_dir), "--json"], catch_exceptions=False)
+    evaluated = json.loads(result.output)
+    for key in ("best_cell", "best_mixture", "best_mixture_validation", "mean_over_cells", "cells", "evaluation"):
+        assert evaluated[key] == summary[key], key
+
+
+def test_every_cell_is_scored_on_the_same_noise_of_each_stream(tiny_recipe) -> None:
+    """Cells compare on common noise: two cells with the same networks score the same."""
+    recipe = tiny_recipe(generations=1, overrides=[PROBE])
+    registries = Registries.from_plugin_manager(make_plugin_manager(extra=[ProbePlugin()]))
+    settings = build_settings(recipes.load(recipe, registries), registries, None, torch.device("cpu"))
+    topology = build_topology(settings.recipe)
+    cells = [Cell(i, topology.neighbours(i), settings) for i in range(2)]
+    for cell in cells:
+        cell.initialise()
+    cells[1].generators = cells[0].generators  # cell 1's own generator is cell 0's
+    cells[1].mixture = {1: 1.0}
+    cells[0].mixture = {0: 1.0}
+    scores = score_cells(cells, settings, seed=3)
+    assert scores["0"]["generator"] == scores["1"]["generator"] and scores["0"]["mixture"] == scores["1"]["mixture"]
+    assert scores["0"]["validation"] == scores["1"]["validation"]
+    assert scores["0"]["mixture"] != scores["0"]["validation"]["mixture"]
+    assert score_cells(cells, settings, seed=4)["0"]["mixture"] != scores["0"]["mixture"]
+
+
+def test_best_cell_and_means_read_the_validation_and_the_test_figures() -> None:
+    def cell(test: float, generator: float, validation: float) -> dict:
+        return {"mixture_score": test, "mixture": {"m": test}, "generator": {"m": generator}, "validation": {
+            "mixture_score": validation
+        }}
+
+    scores = {"0": cell(0.1, 1.0, 0.5), "1": cell(0.9, 3.0, 0.2)}
+    assert best_cell(scores) == "1"  # best on validation, though cell 0 scores better on test
+    assert mean_over_cells(scores) == {"mixture": {"m": pytest.approx(0.5)}, "generator": {"m": 2.0}}

@@ -117,7 +117,7 @@ def test_the_metric_is_prepared_only_when_scores_are_asked_for(
     assert run.summary is not None and run.best_cell == run.summary["best_cell"]  # nothing scored
     assert prepared == []
     first = run.scores()
-    assert len(prepared) == 1 and run.scores() == first and len(prepared) == 1
+    assert len(prepared) == 2 and run.scores() == first and len(prepared) == 2  # one metric per score stream
     assert {c: s["mixture"] for c, s in first.items()} == {
         c: s["mixture"] for c, s in (run.summary or {})["cells"].items()
     }  # the same scores the run recorded at its end

@@ -44,6 +44,29 @@ def _number(value: Any, digits: int = 4) -> str:
     return "-" if value is None else str(value)
 
 
+def metrics_text(metrics: Mapping[str, Any]) -> str:
+    """``key=value, ...`` by key (as summary.json holds them), with four significant digits."""
+    return ", ".join(f"{key}={_number(value)}" for key, value in sorted(metrics.items()))
+
+
+def summary_lines(summary: Mapping[str, Any]) -> list[str]:
+    """The reported figures of ``summary.json`` (or ``evogan evaluate``'s result): the test means over the
+    cells of their mixtures and of each cell's best generator alone, then (last) the mixture chosen on the
+    validation stream, scored on the test stream with its validation figures beside it."""
+    lines = []
+    means = summary.get("mean_over_cells")
+    if means:
+        lines.append(
+            f"mean over cells, test: mixture {metrics_text(means['mixture'])}; "
+            f"best generator alone {metrics_text(means['generator'])}"
+        )
+    lines.append(
+        f"best mixture ensemble: cell {summary['best_cell']} (chosen on validation): "
+        f"test {metrics_text(summary['best_mixture'])}; validation {metrics_text(summary['best_mixture_validation'])}"
+    )
+    return lines
+
+
 def _peer_age(record: Mapping[str, Any]) -> str | None:
     """Seconds since the stalest neighbour was last heard from (multi-process runs report liveness)."""
     ages = (record.get("timings") or {}).get("liveness")
@@ -170,11 +193,10 @@ class TerminalReporter:
                 "[yellow]stopped early; checkpoints written. Resume with:[/] "
                 f"evogan run --resume {run.run_dir.path}"
             )
-        if summary.get("cells"):
-            best = summary["best_cell"]
-            metrics = ", ".join(f"{k}={_number(v)}" for k, v in summary["best_mixture"].items())
-            self.console.print(f"best mixture ensemble: cell {best}: {metrics}", highlight=False)
         self.console.print(f"results in {run.run_dir.path}")
+        if summary.get("cells"):  # the reported figures end the output
+            for line in summary_lines(summary):
+                self.console.print(line, highlight=False)
 
     # ------------------------------------------------------------------------------------ view
     def table(self) -> Table:
@@ -229,4 +251,4 @@ class TerminalReporter:
         return Group(*parts)
 
 
-__all__ = ["TerminalReporter", "grid_view", "score_colour"]
+__all__ = ["TerminalReporter", "grid_view", "metrics_text", "score_colour", "summary_lines"]

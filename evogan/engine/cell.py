@@ -476,22 +476,24 @@ class Cell:
         return cells, networks, [w / total for w in weights]
 
     def _evolve_mixture(self, rnd: CellRandom) -> dict[str, float]:
-        """One (1+1)-ES step on the mixture weights, both candidates scored on the same noise."""
+        """One (1+1)-ES step on the mixture weights, both candidates scored on the same validation noise:
+        a seed drawn from the generation's evolution stream, never the test stream (:mod:`evogan.rng`)."""
         cells, networks = self.mixture_members()
         weights = np.array([self.mixture[c] for c in cells], dtype=float)
         weights = weights / weights.sum() if weights.sum() > 0 else np.full(len(cells), 1 / len(cells))
         seed = int(rnd.numpy.integers(2**62))
-        metrics = self.problem.evaluate(
-            networks, weights.tolist(), generator=torch.Generator().manual_seed(seed)
-        )
+
+        def score(candidate: np.ndarray) -> dict[str, float]:
+            noise = torch.Generator().manual_seed(seed)
+            return self.problem.evaluate_on(networks, candidate.tolist(), stream="validation", generator=noise)
+
+        metrics = score(weights)
         mixture = self.settings.recipe.mixture
         if mixture.enabled and len(cells) > 1:
             candidate = np.clip(weights + rnd.numpy.normal(0, mixture.sigma, len(cells)), 0, None)
             if candidate.sum() > 0:
                 candidate = candidate / candidate.sum()
-                trial = self.problem.evaluate(
-                    networks, candidate.tolist(), generator=torch.Generator().manual_seed(seed)
-                )
+                trial = score(candidate)
                 if self.problem.objective(trial) < self.problem.objective(metrics):
                     weights, metrics = candidate, trial
         self.mixture.update({c: float(w) for c, w in zip(cells, weights, strict=True)})

@@ -7,11 +7,13 @@ computation") chooses the ensemble among the generators of the whole grid. Here 
 optimises every cell's mixture over its neighbourhood and ``pool = "all"`` one ensemble over every cell's
 best generator (a weight may fall to zero: that generator leaves the ensemble).
 
-Candidates are scored on common random numbers (:meth:`evogan.api.Problem.ensemble_scorer`): each
-generator's samples come from a seed of its own cell, so the same generator gives the same samples in
-every candidate and every ensemble, and scores compare across ensembles and pools. The result goes to
-``optimized-mixture.json`` in the run directory (one entry per pool, written atomically); checkpoints are
-only read.
+Candidates are scored on the validation stream, on common random numbers
+(:meth:`evogan.api.Problem.ensemble_scorer`): each generator's samples come from a seed of its own cell
+(:func:`evogan.rng.score_seed`), so the same generator gives the same samples in every candidate and every
+ensemble, and scores compare across ensembles and pools. The weights before and after are then re-scored
+on the test stream (the run's, whatever seed the ES used), which reports and never chooses. The result goes
+to ``optimized-mixture.json`` in the run directory (one entry per pool, written atomically); checkpoints
+are only read.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from evogan.engine.cell import Cell
 from evogan.engine.rundir import RunDirectory, atomic_write, writing
 from evogan.errors import UserError
 from evogan.recipe import POOLS, OptimizeSection
-from evogan.rng import seed_sequence
+from evogan.rng import score_generator, score_seed, seed_sequence
 
 OPTIMIZED_FILE = "optimized-mixture.json"
 
@@ -56,19 +58,27 @@ def ensembles(cells: Sequence[Cell], pool: str) -> list[Ensemble]:
     return out
 
 
-def _rng(seed: int, cell: int, purpose: int) -> np.random.Generator:
-    """Draws of the optimisation: generation index 0 of a cell's "mixture" stream holds the ES of the
-    ensemble centred on it (the grid's ensemble uses the number of cells), 1 the seed of its samples."""
-    return np.random.default_rng(seed_sequence(seed, cell, purpose, "mixture"))
+def _rng(seed: int, cell: int) -> np.random.Generator:
+    """The ES's draws: generation index 0 of a cell's "mixture" stream for the ensemble centred on it
+    (the grid's ensemble uses the number of cells). Its samples' seeds come from the validation stream."""
+    return np.random.default_rng(seed_sequence(seed, cell, 0, "mixture"))
 
 
 def optimise(
-    problem: Problem, ensemble: Ensemble, options: OptimizeSection, *, seed: int, grid: int
+    problem: Problem,
+    ensemble: Ensemble,
+    options: OptimizeSection,
+    *,
+    seed: int,
+    grid: int,
+    test_seed: int | None = None,
 ) -> dict[str, Any]:
-    """One ensemble's (1+1)-ES: ``w' = normalise(max(0, w + N(0, sigma^2)))``, kept when its score is
-    lower (the problem's objective). Returns the weights before and after, with their metrics."""
-    rng = _rng(seed, grid if ensemble.centre is None else ensemble.centre, 0)
-    seeds = [int(_rng(seed, member, 1).integers(2**62)) for member in ensemble.members]
+    """One ensemble's (1+1)-ES on the validation stream: ``w' = normalise(max(0, w + N(0, sigma^2)))``,
+    kept when its score is lower (the problem's objective). Returns the weights before and after with
+    their validation ``metrics`` and ``score``, and under ``test`` the same weights on the test stream of
+    ``test_seed`` (default ``seed``; the run's seed keeps them comparable with summary.json)."""
+    rng = _rng(seed, grid if ensemble.centre is None else ensemble.centre)
+    seeds = [score_seed(seed, "validation", member) for member in ensemble.members]
     score = problem.ensemble_scorer(ensemble.networks, seeds, samples=options.samples)
     n = len(ensemble.members)
     baseline = ensemble.trained or [1.0 / n] * n
@@ -93,24 +103,49 @@ def optimise(
     def named(values: Sequence[float] | np.ndarray) -> dict[str, float]:
         return {str(c): float(w) for c, w in zip(ensemble.members, values, strict=True)}
 
+    def reported(values: Sequence[float], validation: dict[str, float]) -> dict[str, Any]:
+        test = problem.evaluate_on(
+            ensemble.networks,
+            [float(w) for w in values],
+            stream="test",
+            generator=score_generator(seed if test_seed is None else test_seed, "test"),
+        )
+        return {
+            "weights": named(values),
+            "metrics": validation,
+            "score": problem.objective(validation),
+            "test": {"metrics": test, "score": problem.objective(test)},
+        }
+
     return {
         "centre": ensemble.centre,
         "members": [str(c) for c in ensemble.members],
-        "before": {"weights": named(baseline), "metrics": before, "score": problem.objective(before)},
+        "before": reported(baseline, before),
         "start": named(start),
-        "after": {"weights": named(weights), "metrics": metrics, "score": problem.objective(metrics)},
+        "after": reported([float(w) for w in weights], metrics),
         "accepted": accepted,
     }
 
 
 def optimise_run(
-    run_dir: RunDirectory, problem: Problem, cells: Sequence[Cell], options: OptimizeSection, *, seed: int
+    run_dir: RunDirectory,
+    problem: Problem,
+    cells: Sequence[Cell],
+    options: OptimizeSection,
+    *,
+    seed: int,
+    test_seed: int | None = None,
 ) -> dict[str, Any]:
     """Optimise the pool's ensembles of ``cells`` (loaded from ``run_dir``'s checkpoints, see
-    :func:`evogan.engine.run.load_cells`) and record the result under the pool's name in
-    ``optimized-mixture.json``. Returns that entry."""
-    results = [optimise(problem, e, options, seed=seed, grid=len(cells)) for e in ensembles(cells, options.pool)]
-    best = min(range(len(results)), key=lambda i: results[i]["after"]["score"])
+    :func:`evogan.engine.run.load_cells`) on the validation stream of ``seed``, choose the best on it,
+    report each on the test stream of ``test_seed`` (default ``seed``), and record the result under the
+    pool's name in ``optimized-mixture.json``. Returns that entry."""
+    test = seed if test_seed is None else test_seed
+    results = [
+        optimise(problem, e, options, seed=seed, grid=len(cells), test_seed=test)
+        for e in ensembles(cells, options.pool)
+    ]
+    best = min(range(len(results)), key=lambda i: results[i]["after"]["score"])  # validation: it chooses
     entry = {
         "pool": options.pool,
         "generations": options.generations,
@@ -118,6 +153,8 @@ def optimise_run(
         "sigma": options.sigma,
         "random_init": options.random_init,
         "seed": seed,
+        "test_seed": test,
+        "evaluation": {"chosen_on": "validation", "reported_on": "test"},
         "checkpoints": {str(cell.index): cell.generation for cell in cells},
         "best": best,
         "ensembles": results,

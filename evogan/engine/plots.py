@@ -50,10 +50,13 @@ def plot_grid(
     final: dict[int, float],
     layout: tuple[int, int] | None,
     records: Sequence[Mapping[str, Any]] | None = None,
+    *,
+    chosen: int | None = None,
 ) -> Path:
     """``plots/grid.png``: two heatmaps laid out as the topology (a strip without a 2-D layout), each cell's
-    final mixture score and the best score it reached over the generations (lower is better); ``records``:
-    the run's metrics when the caller has read them already."""
+    final mixture score (test stream) and the best score it reached over the generations (the mixture
+    ES's validation noise; lower is better); ``records``: the run's metrics when the caller has read them
+    already; ``chosen``: the cell chosen on the validation stream, boxed in the first (default: its best)."""
     import numpy as np
 
     plt = _pyplot()
@@ -63,16 +66,19 @@ def plot_grid(
         best_seen[cell] = min(score, best_seen.get(cell, score))
     cells = max([*final, *best_seen], default=-1) + 1
     rows = cell_rows(cells, layout, columns=max(cells, 1))
-    panels = [("final mixture score", final), ("best mixture score over the generations", best_seen)]
+    panels = [
+        ("final mixture score (test)", final, chosen),
+        ("best mixture score over the generations (validation)", best_seen, None),
+    ]
     width = max(len(rows[0]), 1)
     figure, axes = plt.subplots(1, 2, figsize=(2 * min(3 + 0.9 * width, 14), min(2 + 0.9 * len(rows), 12)))
-    for axis, (title, scores) in zip(axes, panels, strict=True):
+    for axis, (title, scores, boxed) in zip(axes, panels, strict=True):
         grid = np.array([[np.nan if i is None else scores.get(i, np.nan) for i in row] for row in rows], float)
         grid[~np.isfinite(grid)] = np.nan  # a diverged cell (inf) shows blank, and its value is written
         image = axis.imshow(np.ma.masked_invalid(grid), cmap="RdYlGn_r", aspect="equal")
         figure.colorbar(image, ax=axis, fraction=0.046, pad=0.04)
         finite = {i: v for i, v in scores.items() if np.isfinite(v)}
-        best = min(finite, key=lambda i: (finite[i], i)) if finite else None
+        best = boxed if boxed is not None else min(finite, key=lambda i: (finite[i], i)) if finite else None
         for r, row in enumerate(rows):
             for c, index in enumerate(row):
                 if index is None or len(rows) * len(row) > 400:  # too small to read beyond 20x20
@@ -85,7 +91,8 @@ def plot_grid(
         axis.set_title(title, fontsize=10)
         axis.set_xticks([])
         axis.set_yticks([])
-    figure.suptitle("cells as the topology lays them out; green is better (lower), boxed: the best", fontsize=9)
+    boxed_is = "the best" if chosen is None else "the cell chosen on validation (left), the best (right)"
+    figure.suptitle(f"cells as the topology lays them out; green is better (lower), boxed: {boxed_is}", fontsize=9)
     figure.tight_layout()
     path = run_dir.path / "plots" / "grid.png"
     path.parent.mkdir(exist_ok=True)

@@ -7,6 +7,7 @@ mode (every cell, in-process transport) and a launched worker (its share of cell
 from __future__ import annotations
 
 import os
+import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -34,7 +35,7 @@ from evogan.engine.vectorized import decide, train_together
 from evogan.errors import UserError
 from evogan.recipe import Recipe
 from evogan.registry import Registries
-from evogan.rng import CellRandom
+from evogan.rng import SCORE_STREAMS, CellRandom, score_generator
 
 
 @dataclass
@@ -397,7 +398,8 @@ class Driver:
 
     # -------------------------------------------------------------------------------- end
     def finish(self, interrupted: bool) -> dict[str, Any]:
-        """Score every cell's best generator and its mixture ensemble on fixed noise; pick the best."""
+        """Score every cell's best generator and its mixture ensemble on the validation and the test
+        stream; pick the best on validation."""
         cells = self.score()
         best = best_cell(cells)
         self.pictures(self.cells[[c.index for c in self.cells].index(int(best))], "final-best")
@@ -426,8 +428,32 @@ class Driver:
 
 
 def best_cell(scores: Mapping[str, Any]) -> str:
-    """The cell (its key in ``scores``, as :func:`score_cells` gives them) whose mixture scored best."""
-    return min(scores, key=lambda c: scores[c]["mixture_score"])
+    """The cell (its key in ``scores``, as :func:`score_cells` gives them) whose mixture scored best on
+    the validation stream: the test stream never chooses."""
+    return min(scores, key=lambda c: scores[c]["validation"]["mixture_score"])
+
+
+def mean_over_cells(scores: Mapping[str, Any]) -> dict[str, dict[str, float]]:
+    """The test metrics of every cell's mixture and of every cell's best generator, averaged over the
+    cells: figures no choice among the cells has touched."""
+    means: dict[str, dict[str, float]] = {}
+    for part in ("mixture", "generator"):
+        keys = next(iter(scores.values()))[part]
+        means[part] = {key: statistics.fmean(float(s[part][key]) for s in scores.values()) for key in keys}
+    return means
+
+
+def reported(scores: Mapping[str, Any]) -> dict[str, Any]:
+    """What a run reports of its cells' scores: the mixture chosen on validation, on test and (labelled)
+    on validation, and the test means over the cells; summary.json and ``evogan evaluate`` hold these."""
+    best = best_cell(scores)
+    return {
+        "evaluation": {"chosen_on": "validation", "reported_on": "test"},
+        "best_cell": int(best),
+        "best_mixture": scores[best]["mixture"],
+        "best_mixture_validation": scores[best]["validation"]["mixture"],
+        "mean_over_cells": mean_over_cells(scores),
+    }
 
 
 def write_summary(
@@ -438,11 +464,11 @@ def write_summary(
     interrupted: bool,
     problem: Mapping[str, Any],
 ) -> dict[str, Any]:
-    """Pick the best mixture among ``cells`` (every cell's scores), write summary.json and the plots.
+    """Pick the best mixture among ``cells`` (every cell's scores) on the validation stream, report it on
+    the test stream beside its validation figures, write summary.json and the plots.
 
     Shared by the single-process driver and the launcher that merges its workers' parts.
     """
-    best = best_cell(cells)
     summary = {
         "run": run_dir.run_id,
         "recipe": recipe.digest,
@@ -450,8 +476,7 @@ def write_summary(
         "generations": max(int(scores["generation"]) for scores in cells.values()),
         "interrupted": interrupted,
         "cells": dict(cells),
-        "best_cell": int(best),
-        "best_mixture": cells[best]["mixture"],
+        **reported(cells),
     }
     if problem:
         summary["problem"] = dict(problem)
@@ -462,31 +487,29 @@ def write_summary(
     with writing(run_dir.path / "plots"):
         plot_metrics(run_dir, records)
         final = {int(cell): float(scores["mixture_score"]) for cell, scores in cells.items()}
-        plot_grid(run_dir, final, topology.layout(), records)
+        plot_grid(run_dir, final, topology.layout(), records, chosen=summary["best_cell"])
     return summary
 
 
-def evaluation_seed(seed: int, cell: Cell) -> int:
-    """The seed of the noise a cell's final scores use (its generation's evaluation stream)."""
-    return int(CellRandom.for_generation(seed, cell.index, cell.generation, "evaluation").numpy.integers(2**62))
-
-
 def score_cells(cells: Sequence[Cell], settings: CellSettings, seed: int) -> dict[str, Any]:
-    """Each cell's best generator alone and its mixture, scored on the same fixed evaluation noise."""
+    """Each cell's best generator alone and its mixture, on both score streams (:mod:`evogan.rng`): the
+    test figures at the top (``generator``, ``mixture``, ``mixture_score``: what is reported), the
+    validation figures under ``validation`` (what chooses). Every cell sees the same noise of a stream."""
     problem = settings.problem
     scores: dict[str, Any] = {}
     for cell in cells:
-        noise_seed = evaluation_seed(seed, cell)
-        single = problem.evaluate(
-            [cell.best_generator()], [1.0], generator=torch.Generator().manual_seed(noise_seed)
-        )
         _, networks, weights = cell.mixture_ensemble()
-        mixture = problem.evaluate(networks, weights, generator=torch.Generator().manual_seed(noise_seed))
+        streams: dict[str, dict[str, Any]] = {}
+        for stream in SCORE_STREAMS:
+            single = problem.evaluate_on(
+                [cell.best_generator()], [1.0], stream=stream, generator=score_generator(seed, stream)
+            )
+            mixture = problem.evaluate_on(networks, weights, stream=stream, generator=score_generator(seed, stream))
+            streams[stream] = {"generator": single, "mixture": mixture, "mixture_score": problem.objective(mixture)}
         scores[str(cell.index)] = {
             "generation": cell.generation,
-            "generator": single,
-            "mixture": mixture,
-            "mixture_score": problem.objective(mixture),
+            **streams["test"],
+            "validation": streams["validation"],
             "weights": {str(c): w for c, w in cell.mixture.items()},
         }
         if settings.sparsity is not None:
@@ -528,9 +551,10 @@ __all__ = [
     "build_settings",
     "build_topology",
     "default_threads",
-    "evaluation_seed",
     "load_cells",
+    "mean_over_cells",
     "pick_device",
+    "reported",
     "score_cells",
     "set_threads",
     "write_summary",

@@ -27,6 +27,7 @@ from evogan.api import (
     ProblemContext,
     Role,
     Sampler,
+    ScoreStream,
     StackedFitness,
     StackedTraining,
 )
@@ -103,7 +104,25 @@ class GanOptions(ComponentOptions):
     fitness_samples: int = Field(
         1000, ge=1, description="real samples and noise vectors per fitness evaluation"
     )
-    score_samples: int = Field(1000, ge=1, description="generated samples per metric evaluation")
+    score_samples: int = Field(
+        1000,
+        ge=1,
+        description="generated samples per validation score (the mixture ES, the best cell, optimised "
+        "mixtures: every score that chooses)",
+    )
+    test_samples: int = Field(
+        0,
+        ge=0,
+        description="generated samples per test score (what summary.json, evogan evaluate and the final "
+        "line report); 0: score_samples, so the two figures compare (FID's bias depends on the count)",
+    )
+    test_reference: Literal["split", "shared"] = Field(
+        "split",
+        description="the real samples a metric's reference statistics come from: split: the data split "
+        "once in two halves (a fixed permutation, the same for every run seed), validation scores against "
+        "one, test scores against the other; shared: both against all of it (also where the data cannot "
+        "be split)",
+    )
     mixture_sampling: Literal["exact_proportion", "independent_probability"] = Field(
         "exact_proportion", description="how an ensemble splits its samples between generators"
     )
@@ -141,7 +160,9 @@ class GanProblem(Problem[GanOptions]):
         self.dataset = build_nested(registries, Dataset, options.data)
         self.networks = build_nested(registries, Networks, options.network)
         self.loss = build_nested(registries, Loss, options.loss)
-        self.metric = build_nested(registries, Metric, options.metric)
+        self.metric = build_nested(registries, Metric, options.metric)  # validation scores
+        self.test_metric = build_nested(registries, Metric, options.metric)  # its own real reference
+        self.reference_note = ""  # which real samples each stream's reference uses (prepare_scoring)
         self.device = context.device
         self.data: DataSource | None = None
         self._cell_data: dict[int, DataSource] = {}  # each cell's share under data dieting
@@ -179,8 +200,28 @@ class GanProblem(Problem[GanOptions]):
                 )
 
     def prepare_scoring(self) -> None:
-        generator = torch.Generator().manual_seed(self.context.seed)
-        self.metric.prepare(self.source, self.device, generator=generator)
+        validation, test = self.reference_sources()
+        for metric, source in ((self.metric, validation), (self.test_metric, test)):
+            metric.prepare(source, self.device, generator=torch.Generator().manual_seed(self.context.seed))
+
+    def reference_sources(self) -> tuple[DataSource, DataSource]:
+        """The real data the validation and the test metric draw their reference from (``test_reference``):
+        two disjoint halves of a fixed permutation (seed 0, whatever the run's seed), or all of it twice."""
+        source = self.source
+        if self.options.test_reference == "split" and len(source) >= 2:
+            order = torch.randperm(len(source), generator=torch.Generator().manual_seed(0))
+            half = len(source) // 2
+            try:
+                halves = source.subset(order[:half].sort().values), source.subset(order[half:].sort().values)
+            except NotImplementedError:
+                self.reference_note = f"shared: dataset {self.options.data.use} cannot be split"
+                return source, source
+            self.reference_note = (
+                f"split: validation against {len(halves[0])} real samples, test against the other {len(halves[1])}"
+            )
+            return halves
+        self.reference_note = f"shared: validation and test against all {len(source)} real samples"
+        return source, source
 
     @property
     def source(self) -> DataSource:
@@ -225,6 +266,10 @@ class GanProblem(Problem[GanOptions]):
             "loss": self.options.loss.use,
             "metric": self.options.metric.use,
         }
+        facts["score_samples"] = self.options.score_samples
+        facts["test_samples"] = self.options.test_samples or self.options.score_samples
+        if self.reference_note:
+            facts["test_reference"] = self.reference_note
         classifier_hash = getattr(self.metric, "classifier_hash", None)
         if classifier_hash:
             facts["classifier_hash"] = classifier_hash
@@ -472,6 +517,21 @@ class GanProblem(Problem[GanOptions]):
     ) -> dict[str, float]:
         samples = self.mixture_samples(generators, weights, self.options.score_samples, generator=generator)
         return self.metric.score(samples)
+
+    def evaluate_on(
+        self,
+        generators: Sequence[nn.Module],
+        weights: Sequence[float],
+        *,
+        stream: ScoreStream,
+        generator: torch.Generator,
+    ) -> dict[str, float]:
+        """Validation: :meth:`evaluate` (``score_samples``, the validation reference); test:
+        ``test_samples`` against the test reference (see ``test_reference``)."""
+        if stream == "validation":
+            return self.evaluate(generators, weights, generator=generator)
+        n = self.options.test_samples or self.options.score_samples
+        return self.test_metric.score(self.mixture_samples(generators, weights, n, generator=generator))
 
     def objective(self, metrics: Mapping[str, float]) -> float:
         value = float(metrics[self.metric.primary])

@@ -27,10 +27,17 @@ else:  # imported on first use: `evogan validate` and `components` read options 
 class MixtureSource(TensorSource):
     """Samples of a Gaussian mixture, with the mixture's centres and spread for the metrics."""
 
-    def __init__(self, samples: torch.Tensor, centres: torch.Tensor, std: float) -> None:
-        super().__init__(samples)
+    def __init__(
+        self, samples: torch.Tensor, centres: torch.Tensor, std: float, *, rows: torch.Tensor | None = None
+    ) -> None:
+        super().__init__(samples, rows=rows)
         self.centres = centres
         self.std = std
+
+    def subset(self, indices: torch.Tensor) -> MixtureSource:
+        """A share of the samples that keeps the mixture's centres and spread (the metric needs them)."""
+        part = super().subset(indices)
+        return MixtureSource(self.samples, self.centres, self.std, rows=part.rows)
 
 
 class MixtureOptions(DatasetOptions):

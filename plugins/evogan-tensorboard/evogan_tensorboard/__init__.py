@@ -8,8 +8,13 @@ Installed, it logs every run under ``RUN_DIR/tensorboard`` (``tensorboard --logd
   ``sparsity/density_g``, ``density_d``, ``br``... when sparse) and the mixture weights
   (``mixture_weights/cell-0001``); the cell's sample picture every ``run.samples_every`` generations.
 - ``best/``: written at the end of the run by the process that drives it: the best mixture score over the
-  cells at each generation (``best/mixture_score``, ``best/cell``, the best cell's mixture metrics), the
-  final scores of every cell and of the best mixture, its weights and its picture.
+  cells at each generation (``best/mixture_score``, ``best/cell``, the best cell's mixture metrics: the
+  mixture ES's validation noise, as in ``metrics.jsonl``), and the final scores as ``summary.json`` reports
+  them: on the test stream every cell's (``final/mixture_score/cell-0003``), the mixture chosen on the
+  validation stream (``final/best/...``, ``final/best_cell``) and the means over the cells
+  (``final/mean_over_cells/mixture/...``, ``.../generator/...``); beside them, labelled, the validation
+  figures (``final/best_validation/...``, ``final/validation_mixture_score/cell-0003``); the chosen
+  mixture's weights and its picture.
 
 A resumed or restarted cell starts its event file with a ``SessionLog.START`` at its first generation, so
 TensorBoard drops the events of the abandoned timeline after that step. tensorboard is imported when the
@@ -195,8 +200,17 @@ def write_best(run: RunInfo, summary: Mapping[str, Any]) -> None:
     best_cell = int(summary["best_cell"])
     cells = summary["cells"]
     values = [("final/best_cell", float(best_cell))]
+    # Reported figures are the test stream's; the validation figures the choice was made on sit beside them.
     values += [(f"final/best/{tag}", v) for tag, v in scalars(summary["best_mixture"])]
+    values += [(f"final/best_validation/{tag}", v) for tag, v in scalars(summary.get("best_mixture_validation", {}))]
+    for part, metrics in summary.get("mean_over_cells", {}).items():  # mixture, generator
+        values += [(f"final/mean_over_cells/{part}/{tag}", v) for tag, v in scalars(metrics)]
     values += [(f"final/mixture_score/{cell_directory(int(c))}", float(s["mixture_score"])) for c, s in cells.items()]
+    values += [
+        (f"final/validation_mixture_score/{cell_directory(int(c))}", float(s["validation"]["mixture_score"]))
+        for c, s in cells.items()
+        if "validation" in s
+    ]
     weights = cells[str(best_cell)].get("weights", {})
     values += [(f"final/best_weights/{cell_directory(int(c))}", float(w)) for c, w in weights.items()]
     writer.scalars(final, values)

@@ -122,7 +122,17 @@ def test_one_process_logs_every_cell_generation_samples_and_sparsity(tmp_path: P
     for event in scores:
         assert event.value == pytest.approx(min(r["mixture_score"] for r in metrics if r["generation"] == event.step))
     assert best.Scalars("final/best_cell")[0].value == summary["best_cell"]
-    assert best.Scalars("final/best/tvd")[0].value == pytest.approx(summary["best_mixture"]["tvd"])
+    assert best.Scalars("final/best/tvd")[0].value == pytest.approx(summary["best_mixture"]["tvd"])  # test stream
+    validation = best.Scalars("final/best_validation/tvd")[0].value
+    assert validation == pytest.approx(summary["best_mixture_validation"]["tvd"])
+    means = summary["mean_over_cells"]
+    assert best.Scalars("final/mean_over_cells/mixture/tvd")[0].value == pytest.approx(means["mixture"]["tvd"])
+    assert best.Scalars("final/mean_over_cells/generator/tvd")[0].value == pytest.approx(means["generator"]["tvd"])
+    for cell, scores in summary["cells"].items():
+        tag = f"cell-{int(cell):04d}"
+        assert best.Scalars(f"final/mixture_score/{tag}")[0].value == pytest.approx(scores["mixture_score"])
+        held = best.Scalars(f"final/validation_mixture_score/{tag}")[0].value
+        assert held == pytest.approx(scores["validation"]["mixture_score"])
     assert best.Images("final/best_samples")[0].step == GENERATIONS
 
 

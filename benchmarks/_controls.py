@@ -1,0 +1,446 @@
+"""The grid benchmarks' configurations and controls, one raw log line per run, tables re-derived from logs.
+
+Named configurations, for grids ``RxC`` of the script's ``--grids`` (every control of a grid is made for
+each grid of more than one cell):
+
+- ``grid-RxC``: the grid with the script's pairing (``--pairing``, default the recipe's own);
+  ``grid-1x1`` is the lone GAN, also named ``lone-steps`` (equal steps per cell: same generations and
+  batches);
+- ``lone-flops-RxC``: the lone GAN given ``grid-RxC``'s training FLOPs (more generations; see below);
+- ``independent-RxC``: the same grid with pairing ``own_pair`` and selection off: independent GANs,
+  mixed by the grid's mixture ES;
+- ``pairing-NAME-RxC``: every built-in pairing on the grid.
+
+Configurations that make the same recipe (its digest and length) run once; the run's log line names all
+of them.
+
+Training FLOPs (:func:`training_flops`) use the sparse ledger's cost model (``evogan.sparse.flops``): per
+sample, a generator step costs ``3 f_G + 2 k f_D`` (G forward and backward, and each of the ``k``
+discriminators it faces forward plus the input-gradient half of a backward: ``g_mixture`` faces every
+discriminator of the neighbourhood, the other built-in pairings one), a discriminator step ``6 f_D + f_G``
+(real and fake batches, the fakes drawn without gradients); times the batch size, the population and the
+steps the problem's schedule trains. Fitness, scoring and the mixture ES are not training and are not
+counted. ``lone-flops-RxC`` gets the number of generations whose training FLOPs come nearest the grid's.
+
+Every run appends one JSON line to ``benchmarks/logs/<script>/<commit>.jsonl`` (``-dirty`` when tracked
+files differed from the commit): the recipe and every override, seed, commit, the validation and test
+figures (the mixture chosen on validation, the generator chosen on validation, every cell's), the means
+over the cells (test), training FLOPs, wall time and the machine's load. Tables show test figures only
+and come from those lines alone (``--summarise``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from _common import (
+    LOGS,
+    ROOT,
+    append_log,
+    git_commit,
+    log_path,
+    machine,
+    mean_sd,
+    quiet_overrides,
+    read_logs,
+    run_recipe,
+)
+
+from evogan import recipe as recipes
+from evogan.api import Opponents
+from evogan.engine.run import build_settings, build_topology
+from evogan.plugins import make_plugin_manager
+from evogan.registry import Registries
+from evogan.sparse.flops import count_forward_flops, discriminator_step_cost, generator_step_cost
+
+BUILTIN = "evogan.builtin."  # the plugin name of every built-in component's module
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """One named configuration: the grid, its own overrides (applied last) and its length."""
+
+    name: str
+    rows: int
+    cols: int
+    overrides: tuple[str, ...]
+    generations: int
+    what: str
+
+    @property
+    def grid(self) -> str:
+        return f"{self.rows}x{self.cols}"
+
+
+@dataclass(frozen=True)
+class Column:
+    """A table column: its header, the path of the figure in a record, and how to print it."""
+
+    header: str
+    path: tuple[str, ...]
+    digits: int | None = None
+    scale: float = 1.0
+
+
+@dataclass(frozen=True)
+class Script:
+    """What differs between the benchmark scripts."""
+
+    name: str
+    recipe: Path
+    grids: tuple[str, ...]
+    seeds: tuple[int, ...]
+    generations: int
+    columns: tuple[Column, ...]
+    target: tuple[str, ...]  # the figure the grid must beat its controls on (test, chosen mixture)
+    higher_is_better: bool
+    best_generator: Callable[[Mapping[str, Any]], str]  # cells -> the cell whose G is best on validation
+    base: Callable[[argparse.Namespace], list[str]] = lambda args: []  # the script's own overrides
+
+
+# ------------------------------------------------------------------------------------------ planning
+def parse_grid(text: str) -> tuple[int, int]:
+    rows, _, cols = text.partition("x")
+    if not (rows.isdigit() and cols.isdigit() and int(rows) > 0 and int(cols) > 0):
+        raise SystemExit(f"--grids: {text!r} is not ROWSxCOLS")
+    return int(rows), int(cols)
+
+
+def pairing(name: str) -> str:
+    return f"pairing={{use={json.dumps(name)}}}"
+
+
+def builtin_pairings(registries: Registries) -> list[str]:
+    return sorted(entry.name for entry in registries["pairing"] if entry.plugin.startswith(BUILTIN))
+
+
+def plan(script: Script, args: argparse.Namespace, registries: Registries) -> list[Configuration]:
+    """Every configuration of ``args.grids``, the controls included, before ``--configs`` filters them."""
+    main = () if args.pairing is None else (pairing(args.pairing),)
+    configs: list[Configuration] = []
+    for rows, cols in (parse_grid(g) for g in args.grids):
+        grid = f"{rows}x{cols}"
+        if rows * cols == 1:
+            what = "the lone GAN at equal steps per cell"
+            configs.append(Configuration("grid-1x1", 1, 1, main, args.generations, what))
+            configs.append(Configuration("lone-steps", 1, 1, main, args.generations, what))
+            continue
+        configs.append(Configuration(f"grid-{grid}", rows, cols, main, args.generations, "the grid"))
+        flops = lone_generations(script, args, registries, rows, cols, main)
+        what = f"the lone GAN at grid-{grid}'s training FLOPs"
+        configs.append(Configuration(f"lone-flops-{grid}", 1, 1, main, flops, what))
+        independent = (pairing("own_pair"), "population.selection=false")
+        what = "independent GANs on the grid, mixed (own_pair, selection off)"
+        configs.append(Configuration(f"independent-{grid}", rows, cols, independent, args.generations, what))
+        for name in builtin_pairings(registries):
+            what = f"pairing {name}"
+            name_grid = f"pairing-{name}-{grid}"
+            configs.append(Configuration(name_grid, rows, cols, (pairing(name),), args.generations, what))
+    return configs
+
+
+def overrides_of(
+    script: Script, args: argparse.Namespace, config: Configuration, seed: int, output: Path
+) -> list[str]:
+    """Quiet defaults, the grid, the script's own overrides, ``--set``, then the configuration's (last:
+    ``--set population.selection=true`` cannot turn the independent ensemble's selection on)."""
+    return [
+        *quiet_overrides(seed, config.generations, args.threads, output),
+        f"topology.rows={config.rows}",
+        f"topology.cols={config.cols}",
+        "run.workers=1",
+        *script.base(args),
+        *args.set,
+        *config.overrides,
+    ]
+
+
+def load(script: Script, registries: Registries, overrides: Sequence[str]) -> recipes.Recipe:
+    return recipes.load(script.recipe, registries, list(overrides))
+
+
+# ------------------------------------------------------------------------------------------ FLOPs
+def cost_per_generation(recipe: recipes.Recipe, registries: Registries) -> Iterator[tuple[float, int]]:
+    """Training FLOPs and generator steps per cell of each generation 1, 2, ... of ``recipe`` (the whole
+    grid's FLOPs, one cell's steps)."""
+    settings = build_settings(recipe, registries, None, torch.device("cpu"), scoring=False)
+    problem: Any = settings.problem  # the GAN problem: its networks, noise and data
+    draw = torch.Generator().manual_seed(0)
+    f_g = count_forward_flops(problem.create("generator", generator=draw), problem.noise(1, draw), {}).forward()
+    real = problem.source.sample(1, generator=draw)
+    f_d = count_forward_flops(problem.create("discriminator", generator=draw), real, {}).forward()
+    topology = build_topology(recipe)
+    size, batch = recipe.population.size, problem.options.batch_size
+    faced = [discriminators_faced(settings.pairing, recipe, topology.neighbours(c), c) for c in range(topology.cells)]
+    generation = 0
+    while True:
+        generation += 1
+        total, steps = 0.0, 0
+        for cell in range(topology.cells):
+            where = {"cell": cell, "generation": generation}
+            for step in range(problem.batches_per_generation(cell)):
+                if problem.train_generator_at(step, **where):
+                    total += size * generator_step_cost(f_g, faced[cell] * f_d, batch)
+                    steps += cell == 0
+                if problem.train_discriminator_at(step, **where):
+                    total += size * discriminator_step_cost(f_d, f_g, batch)
+        yield total, steps
+
+
+def discriminators_faced(pairing_component: Any, recipe: recipes.Recipe, neighbours: Sequence[int], cell: int) -> int:
+    """How many discriminators one generator step of ``cell`` runs: asked of the pairing itself, on the
+    opponents a generation gives it (as :meth:`evogan.engine.cell.Cell.opponents`)."""
+    size = recipe.population.size
+    own = [object() for _ in range(size)]
+    peers = len(set(neighbours) - {cell})
+    neighbourhood = own if recipe.population.selection else own + [object() for _ in range(size * peers)]
+    weights = [1 / len(neighbourhood)] * len(neighbourhood)
+    opponents = Opponents(own=own, neighbourhood=neighbourhood, weights=weights)  # type: ignore[arg-type]
+    return len(pairing_component.generator_opponents(opponents, rng=np.random.default_rng(0)))
+
+
+def training_flops(recipe: recipes.Recipe, registries: Registries) -> tuple[float, int]:
+    """The whole run's training FLOPs and generator steps per cell."""
+    costs = cost_per_generation(recipe, registries)
+    parts = [next(costs) for _ in range(recipe.run.generations)]
+    return sum(p[0] for p in parts), sum(p[1] for p in parts)
+
+
+def lone_generations(
+    script: Script, args: argparse.Namespace, registries: Registries, rows: int, cols: int, main: tuple[str, ...]
+) -> int:
+    """Generations of the lone GAN whose training FLOPs come nearest those of the ``rows`` x ``cols`` grid."""
+    out = Path(tempfile.gettempdir())
+    grid = Configuration("", rows, cols, main, args.generations, "")
+    target, _ = training_flops(load(script, registries, overrides_of(script, args, grid, 0, out)), registries)
+    lone = Configuration("", 1, 1, main, 1, "")
+    costs = cost_per_generation(load(script, registries, overrides_of(script, args, lone, 0, out)), registries)
+    spent, generations = 0.0, 0
+    while spent < target:
+        cost, _ = next(costs)
+        if spent + cost - target > target - spent:  # one more would overshoot by more than we fall short
+            break
+        spent, generations = spent + cost, generations + 1
+    return max(generations, 1)
+
+
+# ------------------------------------------------------------------------------------------ running
+def figures(summary: Mapping[str, Any], script: Script) -> dict[str, Any]:
+    """The run's figures from ``summary.json``: under ``test`` what is reported, under ``validation`` what
+    the choices (the mixture, the best single generator) were made on."""
+    cells = summary["cells"]
+    single = script.best_generator(cells)
+    return {
+        "best_cell": summary["best_cell"],
+        "best_generator_cell": int(single),
+        "test": {
+            "best_mixture": summary["best_mixture"],
+            "best_generator": cells[single]["generator"],
+            "mean_over_cells": summary["mean_over_cells"],
+            "cells": {c: {"mixture": s["mixture"], "generator": s["generator"]} for c, s in cells.items()},
+        },
+        "validation": {
+            "best_mixture": summary["best_mixture_validation"],
+            "best_generator": cells[single]["validation"]["generator"],
+            "cells": {
+                c: {"mixture": s["validation"]["mixture"], "generator": s["validation"]["generator"]}
+                for c, s in cells.items()
+            },
+        },
+        "problem": summary.get("problem", {}),
+    }
+
+
+def run_matrix(script: Script, args: argparse.Namespace) -> Path:
+    """Run every chosen configuration for every seed (seeds outermost: a matrix cut short still covers
+    every configuration); one log line per run. Returns the log file."""
+    registries = Registries.from_plugin_manager(make_plugin_manager())
+    configs = plan(script, args, registries)
+    if args.configs and (unknown := set(args.configs) - {c.name for c in configs}):
+        raise SystemExit(f"--configs: unknown {', '.join(sorted(unknown))}; see --list")
+    output = args.output_dir or Path(tempfile.mkdtemp(prefix=f"evogan-{script.name}-"))
+    same: dict[tuple[str, int], list[Configuration]] = {}  # (recipe digest, generations) -> its names
+    for config in configs:  # the digest leaves out how long a run goes: the generations say it
+        digest = load(script, registries, overrides_of(script, args, config, 0, output)).digest
+        same.setdefault((digest, config.generations), []).append(config)
+    wanted = set(args.configs or (c.name for c in configs))
+    runs = [named for named in same.values() if wanted & {c.name for c in named}]
+    path = log_path(script.name, args.log_dir)
+    commit, dirty = git_commit()
+    for seed in args.seeds:
+        for named in runs:
+            config = named[0]
+            overrides = overrides_of(script, args, config, seed, output)
+            recipe = load(script, registries, overrides)
+            flops, steps = training_flops(recipe, registries)
+            before, started = machine(), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            summary, wall, run_dir = run_recipe(script.recipe, overrides)
+            record = {
+                "script": script.name,
+                "configs": [c.name for c in named],
+                "what": config.what,
+                "recipe": str(script.recipe.relative_to(ROOT)),
+                "set": [*script.base(args), *args.set],  # what this invocation changed for every run
+                "overrides": [o for o in overrides if not o.startswith("run.output_dir=")],
+                "base_generations": args.generations,
+                "grid": config.grid,
+                "pairing": recipe.choices["pairing"].name,
+                "selection": recipe.population.selection,
+                "generations": config.generations,
+                "seed": seed,
+                "commit": commit,
+                "dirty": dirty,
+                "generator_steps_per_cell": steps,
+                "training_flops": flops,
+                **figures(summary, script),
+                "wall_s": wall,
+                "started": started,
+                "machine": {**before, "load_end": machine()["load"]},
+                "threads": args.threads,
+                "run_dir": str(run_dir),
+            }
+            append_log(path, record)
+            target = lookup(record, ("test", "best_mixture", *script.target))
+            names = "/".join(record["configs"])
+            print(f"{names} seed {seed}: {script.target[-1]} {target:.4g} ({wall:.0f} s)", flush=True)
+    return path
+
+
+# ------------------------------------------------------------------------------------------ tables
+def lookup(record: Mapping[str, Any], path: Sequence[str]) -> float:
+    value: Any = record
+    for key in path:
+        value = value[key]
+    return float(value)
+
+
+def groups(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, ...], list[Mapping[str, Any]]]:
+    """Runs by (recipe, --set, base generations, configuration name): a run under each name it has."""
+    out: dict[tuple[str, ...], list[Mapping[str, Any]]] = {}
+    for record in records:
+        for name in record["configs"]:
+            key = (record["recipe"], " ".join(record["set"]), str(record["base_generations"]), name)
+            out.setdefault(key, []).append(record)
+    return out
+
+
+def order(name: str) -> tuple[int, str]:
+    prefixes = ("grid-", "lone-steps", "lone-flops-", "independent-", "pairing-")
+    return next(i for i, p in enumerate((*prefixes, "")) if name.startswith(p)), name
+
+
+def table(script: Script, records: Sequence[Mapping[str, Any]]) -> str:
+    """The markdown table of ``records``: test figures only, mean ± sd over seeds."""
+    headers = ["recipe", "--set", "configuration", "grid", "pairing", "selection", "generations", "seeds", "commit"]
+    lines = ["| " + " | ".join([*headers, *(c.header for c in script.columns)]) + " |"]
+    lines.append("|" + "---|" * (len(headers) + len(script.columns)))
+    for key, runs in sorted(groups(records).items(), key=lambda item: (*item[0][:3], order(item[0][3]))):
+        recipe, extra, _, name = key
+        first = runs[0]
+        seeds = " ".join(str(r["seed"]) for r in sorted(runs, key=lambda r: r["seed"]))
+        commits = " ".join(sorted({r["commit"] + ("-dirty" if r["dirty"] else "") for r in runs}))
+        cells = [recipe, extra or "-", name, first["grid"], first["pairing"], str(first["selection"]).lower()]
+        cells += [str(first["generations"]), seeds, commits]
+        for column in script.columns:
+            values = [lookup(r, column.path) * column.scale for r in runs]
+            cells.append(mean_sd(values, column.digits))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def pooled_sd(a: Sequence[float], b: Sequence[float]) -> float:
+    df = len(a) + len(b) - 2
+    if df < 1:
+        return math.nan
+    spread = sum((x - statistics.fmean(a)) ** 2 for x in a) + sum((x - statistics.fmean(b)) ** 2 for x in b)
+    return math.sqrt(spread / df)
+
+
+def comparisons(script: Script, records: Sequence[Mapping[str, Any]]) -> str:
+    """Each grid against its controls on the target figure (test): the difference of the means, the
+    pooled sd, and whether the grid is better by more than that sd."""
+    by = groups(records)
+    path = ("test", "best_mixture", *script.target)
+    lines = [
+        f"| recipe | --set | grid | control | {script.target[-1]} grid | control | difference | pooled sd "
+        "| better by > sd |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for (recipe, extra, base, name), runs in sorted(by.items()):
+        if not name.startswith("grid-") or name == "grid-1x1":
+            continue
+        grid = name.removeprefix("grid-")
+        for control in ("lone-steps", f"lone-flops-{grid}", f"independent-{grid}"):
+            others = by.get((recipe, extra, base, control))
+            if not others:
+                continue
+            a, b = [lookup(r, path) for r in runs], [lookup(r, path) for r in others]
+            difference = statistics.fmean(a) - statistics.fmean(b)
+            sd = pooled_sd(a, b)
+            better = difference > sd if script.higher_is_better else -difference > sd
+            verdict = "n/a (one run each)" if math.isnan(sd) else ("yes" if better else "no")
+            lines.append(
+                f"| {recipe} | {extra or '-'} | {name} | {control} | {mean_sd(a)} | {mean_sd(b)} | "
+                f"{difference:+.3g} | {sd:.2g} | {verdict} |"
+            )
+    return "\n".join(lines)
+
+
+def summarise(script: Script, paths: Sequence[Path]) -> None:
+    records = [r for r in read_logs(paths) if r.get("script") == script.name]
+    if not records:
+        raise SystemExit(f"no {script.name} runs in {', '.join(map(str, paths))}")
+    print(table(script, records))
+    print()
+    print(comparisons(script, records))
+
+
+# ------------------------------------------------------------------------------------------ command line
+def arguments(script: Script, doc: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--grids", nargs="+", default=list(script.grids), help="ROWSxCOLS")
+    parser.add_argument("--seeds", type=int, nargs="+", default=list(script.seeds))
+    parser.add_argument("--generations", type=int, default=script.generations, help="generations of every grid")
+    parser.add_argument("--pairing", help="the grids' pairing (default: the recipe's)")
+    parser.add_argument("--configs", nargs="+", help="run only these configurations (see --list)")
+    parser.add_argument("--set", nargs="+", default=[], help="further recipe overrides, KEY=VALUE")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--output-dir", type=Path, help="keep the run directories here (default: a temporary one)")
+    parser.add_argument("--log-dir", type=Path, default=LOGS, help="where <script>/<commit>.jsonl goes")
+    parser.add_argument("--list", action="store_true", help="print the configurations and stop")
+    parser.add_argument(
+        "--summarise",
+        type=Path,
+        nargs="*",
+        help="print the tables of these logs (files or directories; none: LOG_DIR/<script>) and stop",
+    )
+    return parser
+
+
+def main(script: Script, doc: str, extra: Callable[[argparse.ArgumentParser], None] = lambda p: None) -> None:
+    parser = arguments(script, doc)
+    extra(parser)
+    args = parser.parse_args()
+    if args.summarise is not None:
+        summarise(script, args.summarise or [args.log_dir / script.name])
+        return
+    if args.list:
+        registries = Registries.from_plugin_manager(make_plugin_manager())
+        for config in plan(script, args, registries):
+            extra = " ".join(config.overrides)
+            print(f"{config.name:28} {config.grid:5} {config.generations:6} generations  {config.what}  {extra}")
+        return
+    path = run_matrix(script, args)
+    print(f"\nlog: {path}\n")
+    summarise(script, [path])

@@ -1,0 +1,134 @@
+"""The grid benchmarks' plumbing (benchmarks/_controls.py): configurations and controls, the training
+FLOPs model, one raw log line per run, and tables re-derived from the logs alone."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import _controls
+import mode_collapse
+
+from evogan.api import Pairing
+from evogan.plugins import make_plugin_manager
+from evogan.registry import Registries
+
+SCRIPT = mode_collapse.SCRIPT
+# recipes/toy-grid.toml's mlp_2d (latent 64, hidden 128, 2-D samples): per-sample forward FLOPs
+F_G = (64 * 128 + 128) + (128 * 128 + 128) + (128 * 2 + 2)
+F_D = (2 * 128 + 128) + (128 * 128 + 128) + (128 + 1)
+
+
+def arguments(*argv: str) -> Any:
+    return _controls.arguments(SCRIPT, "doc").parse_args(list(argv))
+
+
+@pytest.fixture(scope="module")
+def registries() -> Registries:
+    return Registries.from_plugin_manager(make_plugin_manager())
+
+
+def test_the_controls_are_named_and_the_lone_gan_gets_the_grids_training_flops(registries) -> None:
+    configs = {c.name: c for c in _controls.plan(SCRIPT, arguments("--grids", "1x1", "3x3"), registries)}
+    assert set(configs) == {
+        "grid-1x1", "lone-steps", "grid-3x3", "lone-flops-3x3", "independent-3x3",
+        *(f"pairing-{name}-3x3" for name in ("g_mixture", "g_neighbourhood", "own_pair", "reference")),
+    }
+    assert configs["independent-3x3"].overrides == ('pairing={use="own_pair"}', "population.selection=false")
+    # g_mixture's generator step runs the 3x3 von Neumann neighbourhood's five discriminators
+    grid = 3 * F_G + 2 * 5 * F_D + 6 * F_D + F_G
+    lone = 3 * F_G + 2 * F_D + 6 * F_D + F_G
+    assert configs["lone-flops-3x3"].generations == round(100 * 9 * grid / lone) == 1418
+
+
+def test_training_flops_count_every_cells_steps(registries) -> None:
+    args, out = arguments(), Path("/tmp")
+    grids = ((_controls.Configuration("", 3, 3, (), 2, ""), 5), (_controls.Configuration("", 1, 1, (), 2, ""), 1))
+    for config, faced in grids:
+        recipe = _controls.load(SCRIPT, registries, _controls.overrides_of(SCRIPT, args, config, 0, out))
+        flops, steps = _controls.training_flops(recipe, registries)
+        per_sample = 3 * F_G + 2 * faced * F_D + 6 * F_D + F_G
+        assert steps == 2 * 50 and flops == config.rows * config.cols * 2 * 50 * 100 * per_sample
+
+
+@pytest.mark.parametrize(
+    ("overrides", "faced"),
+    [((), 5), (('pairing={use="reference"}',), 1), (("population.selection=true",), 1), (("population.size=2",), 10)],
+)
+def test_a_generator_step_faces_what_the_pairing_says(registries, overrides: tuple[str, ...], faced: int) -> None:
+    config = _controls.Configuration("", 3, 3, overrides, 1, "")
+    recipe = _controls.load(SCRIPT, registries, _controls.overrides_of(SCRIPT, arguments(), config, 0, Path("/tmp")))
+    pairing = recipe.choices["pairing"].create(Pairing)
+    assert _controls.discriminators_faced(pairing, recipe, (1, 2, 3, 6), 0) == faced
+
+
+def record(config: str, seed: int, modes: float, **extra: Any) -> dict[str, Any]:
+    figures = {"modes_covered": modes, "hq_fraction": 0.5, "tvd": 0.25}
+    return {
+        "script": "mode_collapse",
+        "configs": [config],
+        "recipe": "recipes/toy-grid.toml",
+        "set": [],
+        "base_generations": 100,
+        "grid": "1x1" if config.startswith("lone") else "3x3",
+        "pairing": "g_mixture",
+        "selection": False,
+        "generations": 100,
+        "seed": seed,
+        "commit": "abc",
+        "dirty": False,
+        "training_flops": 2e12,
+        "wall_s": 10.0,
+        "test": {
+            "best_mixture": figures,
+            "best_generator": figures,
+            "mean_over_cells": {"mixture": figures, "generator": figures},
+        },
+        # validation figures are logged, never tabled
+        "validation": {"best_mixture": {"modes_covered": 99.0}},
+        **extra,
+    }
+
+
+def test_summarise_rederives_the_tables_from_the_logs_alone(tmp_path: Path, capsys) -> None:
+    logs = tmp_path / "mode_collapse"
+    logs.mkdir()
+    runs = [record("grid-3x3", 1, 24), record("grid-3x3", 2, 25), record("lone-steps", 1, 10)]
+    runs.append(record("lone-steps", 2, 11))
+    runs += [record("independent-3x3", 1, 24), record("independent-3x3", 2, 24.5)]
+    runs.append({**record("grid-3x3", 3, 1), "script": "grid_size"})  # another script's line: left out
+    (logs / "abc.jsonl").write_text("".join(json.dumps(r) + "\n" for r in runs))
+    _controls.summarise(SCRIPT, [logs])
+    out = capsys.readouterr().out
+    rows = {line.split(" | ")[2]: line for line in out.splitlines() if " | abc | " in line}  # the first table
+    assert "| 1 2 | abc | 24.5 ± 0.71 |" in rows["grid-3x3"] and "| 10.5 ± 0.71 |" in rows["lone-steps"]
+    assert "99" not in out  # validation figures stay out of every table
+    assert "| grid-3x3 | lone-steps | 24.5 ± 0.71 | 10.5 ± 0.71 | +14 | 0.71 | yes |" in out
+    assert "| grid-3x3 | independent-3x3 | 24.5 ± 0.71 | 24.2 ± 0.35 | +0.25 | 0.56 | no |" in out
+
+
+def test_a_run_writes_one_log_line_that_summarise_reads(tmp_path: Path, capsys) -> None:
+    args = arguments(
+        "--grids", "1x1", "--generations", "1", "--seeds", "4", "--configs", "grid-1x1",
+        "--set", "problem.batches_per_generation=2", "problem.score_samples=200",
+        "--log-dir", str(tmp_path), "--output-dir", str(tmp_path / "runs"),
+    )
+    path = _controls.run_matrix(SCRIPT, args)
+    assert path.parent == tmp_path / "mode_collapse" and path.suffix == ".jsonl"
+    (line,) = path.read_text().splitlines()
+    logged = json.loads(line)
+    assert logged["configs"] == ["grid-1x1", "lone-steps"] and logged["seed"] == 4 and logged["generations"] == 1
+    assert "problem.score_samples=200" in logged["overrides"] and logged["commit"] in path.name
+    assert set(logged["validation"]) == {"best_mixture", "best_generator", "cells"}
+    assert set(logged["test"]["mean_over_cells"]) == {"mixture", "generator"} and logged["wall_s"] > 0
+    assert len(logged["machine"]["load"]) == 3 and logged["problem"]["test_samples"] == 200
+    summary = json.loads((Path(logged["run_dir"]) / "summary.json").read_text())
+    assert logged["test"]["best_mixture"] == summary["best_mixture"]
+    capsys.readouterr()
+    _controls.summarise(SCRIPT, [tmp_path / "mode_collapse"])
+    assert "| grid-1x1 | 1x1 | g_mixture | false | 1 | 4 |" in capsys.readouterr().out
