@@ -1,7 +1,7 @@
 """Do sparse kernels make masked GAN layers faster on a CPU? Dense vs CSR / COO / 2:4 at 5-50 % density.
 
 The question ADAPT leaves open (its savings are FLOPs on paper; adapt.md section 7). For the MNIST MLP
-layers (G 64x256, 256x256, 256x784; D 784x256, 256x256) at batch 100, and one DCGAN conv (conv32's D
+layers (G 64xh, hxh, hx784; D 784xh, hxh; ``--hidden`` h, default 256) at batch 100, and one DCGAN conv (conv32's D
 64->128, 4x4 stride 2, on 16x16 maps, as im2col + sparse matmul), each weight is masked at random to the
 given density and timed as:
 
@@ -27,13 +27,15 @@ import torch
 import torch.nn.functional as F
 from torch.utils.benchmark import Timer
 
-LINEAR_LAYERS: tuple[tuple[str, int, int], ...] = (  # (name, in, out): weight is (out, in)
-    ("G 64x256", 64, 256),
-    ("G 256x256", 256, 256),
-    ("G 256x784", 256, 784),
-    ("D 784x256", 784, 256),
-    ("D 256x256", 256, 256),
-)
+
+def linear_layers(hidden: int) -> tuple[tuple[str, int, int], ...]:
+    """The MNIST MLP pair's layers at width ``hidden``: (name, in, out), the weight is (out, in)."""
+    h = hidden
+    return (
+        (f"G 64x{h}", 64, h), (f"G {h}x{h}", h, h), (f"G {h}x784", h, 784),
+        (f"D 784x{h}", 784, h), (f"D {h}x{h}", h, h),
+    )  # fmt: skip
+
 DENSITIES = (0.05, 0.1, 0.2, 0.3, 0.5)
 BATCH = 100
 
@@ -96,9 +98,11 @@ def semi_structured_note(weight: torch.Tensor, x: torch.Tensor) -> str:
         return f"unsupported: {type(error).__name__}: {str(error).splitlines()[0][:150]}"
 
 
-def bench_linear(threads: list[int], min_time: float, rows: list[dict[str, Any]]) -> None:
+def bench_linear(
+    layers: tuple[tuple[str, int, int], ...], threads: list[int], min_time: float, rows: list[dict[str, Any]]
+) -> None:
     generator = torch.Generator().manual_seed(0)
-    for name, fan_in, fan_out in LINEAR_LAYERS:
+    for name, fan_in, fan_out in layers:
         x = torch.randn(BATCH, fan_in, generator=generator)
         for density in DENSITIES:
             weight = masked((fan_out, fan_in), density, generator)
@@ -157,14 +161,14 @@ def fmt_row(row: dict[str, Any]) -> str:
     return f"{row['layer']:<26} d={row['density']:.2f} {row['pass']:<7} t={row['threads']} {cells} ms"
 
 
-def table(rows: list[dict[str, Any]]) -> str:
+def table(rows: list[dict[str, Any]], layers: tuple[tuple[str, int, int], ...]) -> str:
     """Markdown: per layer / pass / threads, dense ms and each sparse method's speed-up at each density."""
     lines = [
         "| layer | pass | thr | dense ms | " + " | ".join(f"{d:.0%}" for d in DENSITIES) + " | crossover |",
         "|---|---|---|---|" + "---|" * len(DENSITIES) + "---|",
     ]
     keys = sorted({(r["layer"], r["pass"], r["threads"]) for r in rows}, key=lambda k: (
-        [name for name, *_ in LINEAR_LAYERS].index(k[0]) if k[0].startswith(("G", "D")) else 99, k[1], k[2]))
+        [name for name, *_ in layers].index(k[0]) if k[0].startswith(("G", "D")) else 99, k[1], k[2]))
     for layer, pas, n in keys:
         group = {r["density"]: r for r in rows if (r["layer"], r["pass"], r["threads"]) == (layer, pas, n)}
         methods = [m for m in group[DENSITIES[0]] if m not in ("layer", "density", "pass", "threads", "dense")]
@@ -188,19 +192,21 @@ def main() -> None:
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--min-time", type=float, default=0.2, help="seconds per blocked_autorange")
     parser.add_argument("--no-conv", action="store_true")
+    parser.add_argument("--hidden", type=int, default=256, help="width of the MLP pair (benchmarks/sparse.py: 640)")
     args = parser.parse_args()
+    layers = linear_layers(args.hidden)
     print("command:", " ".join(["python", *sys.argv]), f"torch {torch.__version__}", flush=True)
     generator = torch.Generator().manual_seed(2)
     print("2:4 semi-structured on CPU:", semi_structured_note(masked((256, 256), 0.5, generator),
                                                             torch.randn(BATCH, 256, generator=generator)))
     rows: list[dict[str, Any]] = []
-    bench_linear(args.threads, args.min_time, rows)
+    bench_linear(layers, args.threads, args.min_time, rows)
     if not args.no_conv:
         bench_conv(args.threads, args.min_time, rows)
     print()
     print("Speed-up over dense (dense ms / method ms; > 1 means the sparse kernel is faster):")
     print()
-    print(table(rows))
+    print(table(rows, layers))
 
 
 if __name__ == "__main__":
