@@ -9,6 +9,9 @@ the looped path with the reason logged (or, with ``true``, is a one-line error).
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -29,10 +32,12 @@ from evogan.engine.vectorized import decide
 from evogan.hookspecs import Register, hookimpl
 from evogan.individual import Individual
 from evogan.plugins import make_plugin_manager, registered
+from evogan.recipe import AUTO_VECTORIZES_ON
 from evogan.recipe import load as load_recipe
 from evogan.registry import Registries
 from evogan.runtime.single import prepare, run_in_process
 
+ROOT = Path(__file__).resolve().parents[1]
 TOLERANCE = 1e-4  # relative, on every number of a record (losses, learning rates, mixture weights)
 VECTORISED, LOOPED = "run.vectorize=true", "run.vectorize=false"
 BATCHED = "fitness: all-vs-all as one batched evaluation per cell"
@@ -85,25 +90,59 @@ def test_vectorised_runs_are_reproducible_and_resume_exactly(tiny_recipe) -> Non
     assert metrics(interrupted) == metrics(first)
 
 
-def test_auto_is_looped_on_the_cpu_and_vectorised_on_cuda(tiny_recipe) -> None:
+AUTO_NOTE = (
+    "training: looped (run.vectorize = auto is looped until make gpu-check has passed on a GPU; true vectorises)"
+)
+
+
+def test_auto_is_looped_everywhere_until_the_gpu_check_has_passed(tiny_recipe) -> None:
     registries = Registries.from_plugin_manager(make_plugin_manager())
     recipe = load_recipe(tiny_recipe(), registries)
     settings = build_settings(recipe, registries, None, torch.device("cpu"))
+    assert not AUTO_VECTORIZES_ON  # "cuda" joins with a gpu-check verdict in RESULTS.md
+    for device in (torch.device("cpu"), torch.device("cuda", 0)):  # the decision, not a device
+        assert decide("auto", settings, device, 4) == (False, AUTO_NOTE)
+        assert decide(True, settings, device, 4) == (True, "training: vectorised over the 4 cells of this process")
+        assert decide(False, settings, device, 4) == (False, "training: looped (run.vectorize = false)")
+    assert decide(True, settings, torch.device("cpu"), 1)[0] is True
+    assert AUTO_NOTE in log(run(tiny_recipe(generations=1)))
+
+
+def test_auto_once_cuda_has_passed_vectorises_there_only(tiny_recipe, monkeypatch) -> None:
+    registries = Registries.from_plugin_manager(make_plugin_manager())
+    settings = build_settings(load_recipe(tiny_recipe(), registries), registries, None, torch.device("cpu"))
+    monkeypatch.setattr("evogan.recipe.AUTO_VECTORIZES_ON", frozenset({"cuda"}))
+    assert decide("auto", settings, torch.device("cuda", 0), 4) == (
+        True,
+        "training: vectorised over the 4 cells of this process",
+    )
+    one_cell = decide("auto", settings, torch.device("cuda", 0), 1)
+    assert one_cell == (False, "training: looped (one cell in this process)")
     assert decide("auto", settings, torch.device("cpu"), 4) == (
         False,
-        "training: looped (run.vectorize = auto vectorises on CUDA only)",
+        "training: looped (run.vectorize = auto vectorises on cuda only; true vectorises)",
     )
-    assert decide("auto", settings, torch.device("cuda", 0), 4)[0] is True  # the decision, not a device
-    assert decide("auto", settings, torch.device("cuda", 0), 1)[0] is False
-    assert decide(True, settings, torch.device("cpu"), 1)[0] is True
-    assert "training: looped (run.vectorize = auto" in log(run(tiny_recipe(generations=1)))
 
 
-def test_what_cannot_be_stacked_is_looped_with_the_reason(tiny_recipe) -> None:
+@pytest.mark.skipif(torch.cuda.is_available(), reason="with CUDA the script runs the whole check (minutes)")
+def test_gpu_check_without_cuda_ends_with_one_fail_line(tmp_path: Path) -> None:
+    log_path = tmp_path / "gpu-check.log"
+    env = {**os.environ, "PYTHON": sys.executable, "GPU_CHECK_LOG": str(log_path)}
+    done = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "gpu_check.sh")], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    verdicts = [line for line in lines if line.startswith("gpu-check:")]
+    assert verdicts == lines[-1:] and verdicts[0].startswith("gpu-check: FAIL: no CUDA device visible (torch ")
+    assert f"torch {torch.__version__}," in verdicts[0] and log_path.read_text().splitlines()[-1] == verdicts[0]
+
+
+def test_what_cannot_be_stacked_is_looped_with_the_reason(tiny_recipe, monkeypatch) -> None:
     path = tiny_recipe(generations=2)
-    with pytest.MonkeyPatch.context() as cuda:  # as auto decides on CUDA: vectorise, then ask the problem
-        cuda.setattr("evogan.engine.run.decide", lambda *_: (True, "training: vectorised"))
-        mustangs = run(path, 'problem.loss={use="mustangs"}')
+    # As auto will decide on CUDA once it has passed there: vectorise, then ask the problem.
+    monkeypatch.setattr("evogan.recipe.AUTO_VECTORIZES_ON", frozenset({"cpu"}))
+    mustangs = run(path, 'problem.loss={use="mustangs"}')
     assert "training: looped (loss mustangs is not marked stackable" in log(mustangs)
     assert metrics(mustangs) == metrics(run(path, 'problem.loss={use="mustangs"}', LOOPED))
     with registered(BatchNormPlugin()):
@@ -111,7 +150,7 @@ def test_what_cannot_be_stacked_is_looped_with_the_reason(tiny_recipe) -> None:
         settings = build_settings(
             load_recipe(path, registries, ['sparsity={use="unstackable"}']), registries, None, torch.device("cpu")
         )
-    assert decide("auto", settings, torch.device("cuda"), 4) == (
+    assert decide("auto", settings, torch.device("cpu"), 4) == (
         False,
         "training: looped (sparsity unstackable is not marked stackable (its hooks may replace tensors the "
         "stack shares))",
@@ -122,7 +161,7 @@ def test_what_cannot_be_stacked_is_looped_with_the_reason(tiny_recipe) -> None:
     ("options", "message"),
     [
         (('sparsity={use="unstackable"}',), "run.vectorize: true, but sparsity unstackable is not marked"),
-        (("exchange.every_batches=2",), "run.vectorize: true, but exchange.every_batches needs cells taking"),
+        (("exchange.every_batches=2",), "run.vectorize: true, but exchange.every_batches: cells exchange inside"),
         (('problem.loss={use="mustangs"}',), "run.vectorize: true, but loss mustangs is not marked stackable"),
         (('problem.network={use="dropout_mlp"}',), "run.vectorize: true, but the generator networks use dropout"),
         (("run.vectorize=1",), 'run.vectorize: must be "auto", true or false'),
@@ -443,8 +482,8 @@ def test_batchnorm_discriminators_faced_by_several_sparse_generators_are_looped(
     of either path is rounding noise near 0.)"""
     path = tiny_recipe(seed=5, generations=2)
     with registered(BatchNormPlugin()):
-        with pytest.MonkeyPatch.context() as cuda:  # auto decides as on CUDA, then asks the problem
-            cuda.setattr("evogan.engine.run.decide", lambda *_: (True, "training: vectorised"))
+        with pytest.MonkeyPatch.context() as cuda:  # auto decides as it will on CUDA, then asks the problem
+            cuda.setattr("evogan.recipe.AUTO_VECTORIZES_ON", frozenset({"cpu"}))
             shared = run(
                 path,
                 'problem.network={use="bn_mlp"}',
