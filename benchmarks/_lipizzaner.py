@@ -1,6 +1,6 @@
 """The reference Lipizzaner, run side by side with evogan (``iteration_speed.py --lipizzaner SRC``).
 
-SRC is the ``src`` folder of a Lipizzaner checkout (github ALFA-group/lipizzaner-gan), run unmodified with
+SRC is the ``src`` folder of a Lipizzaner checkout (ALFA-group/lipizzaner-gan), run unmodified with
 ``--lipizzaner-python`` (an interpreter with its requirements: flask, pyyaml, netaddr, netifaces, pymongo,
 losswise, requests, scipy, torch, torchvision). It runs as it was published: one client process per cell
 (a Flask server on the first free port from 5000) and a master that starts the experiment and waits for it.
