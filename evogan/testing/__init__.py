@@ -59,8 +59,8 @@ def tiny_recipe_text(
     output_dir: Path | str = "runs",
     varied: bool = False,
 ) -> str:
-    """The tiny recipe (a 2x2 torus of small MLPs on a 2-D Gaussian ring) as TOML text; ``varied``: on
-    an easy ring (:data:`VARIED`), where cells' mixture scores differ and the mixture ES accepts steps."""
+    """The tiny recipe (a 2x2 torus of small MLPs on a 2-D Gaussian ring) as TOML text; ``varied``: four
+    wide modes near the origin and larger steps, where cells' mixture scores differ and the ES accepts steps."""
     data = tomllib.loads(TINY_RECIPE.read_text(encoding="utf-8"))
     data["run"].update(seed=seed, generations=generations, output_dir=str(output_dir))
     data["topology"].update(rows=rows, cols=cols)
