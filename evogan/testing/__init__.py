@@ -44,10 +44,13 @@ TINY_RECIPE = Path(__file__).with_name("tiny.toml")
 # mixture scores TVD 1.0, so the mixture ES never accepts a step and the best cell is a tie. Four wide
 # modes near the origin, where fresh generators put their samples, and larger steps make cells' scores
 # differ from the first generation on.
-VARIED: dict[str, dict[str, Any]] = {
-    "problem": {"learning_rate": 5e-3, "data": {"modes": 4, "radius": 0.5, "std": 0.1}},
-    "mixture": {"sigma": 0.1},
-}
+VARIED = (
+    "problem.data.modes=4",
+    "problem.data.radius=0.5",
+    "problem.data.std=0.1",
+    "problem.learning_rate=5e-3",
+    "mixture.sigma=0.1",
+)
 
 
 def tiny_recipe_text(
@@ -65,9 +68,7 @@ def tiny_recipe_text(
     data["run"].update(seed=seed, generations=generations, output_dir=str(output_dir))
     data["topology"].update(rows=rows, cols=cols)
     if varied:
-        data["problem"]["data"].update(VARIED["problem"]["data"])
-        data["problem"]["learning_rate"] = VARIED["problem"]["learning_rate"]
-        data.setdefault("mixture", {}).update(VARIED["mixture"])
+        data = apply_overrides(data, VARIED, "tiny recipe")
     return dumps_toml(data)
 
 
