@@ -37,7 +37,8 @@ lint: install
 	$(BIN)/ruff check evogan tests plugins benchmarks
 	$(BIN)/mypy
 
-# On a machine with one CUDA GPU: the gpu-marked tests and the vectorised-cells table for cuda (< 8 min)
+# On a machine with one CUDA GPU: the gpu-marked tests and the vectorised-cells table for cuda (< 8 min);
+# ends with one verdict line (gpu-check: PASS|FAIL ...) to record in benchmarks/RESULTS.md
 gpu-check: install
 	PYTHON=$(BIN)/python scripts/gpu_check.sh
 

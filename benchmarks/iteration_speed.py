@@ -15,12 +15,18 @@ Besides wall time the script records the process's CPU time: on a shared machine
 other people's load, CPU time (at one thread) much less so. ``--clock cpu`` measures the phases in CPU
 seconds too.
 
-Lipizzaner's figures on the same machine class: 13.5 s per iteration on 1x1; 33.3 s per iteration per cell
-on 2x2 (4 processes, one thread each). Target: at most a third; and training within 1.1x of the floor.
+The reference Lipizzaner, side by side: ``--lipizzaner SRC`` (a checkout's ``src`` folder) runs it in each
+round too, with the same work and thread count (``_lipizzaner.py``: one process per cell, as published),
+and the table gives its seconds per iteration per cell and evogan's whole-grid time per generation as a
+ratio of Lipizzaner's (its cells run in parallel processes, evogan's here one after another in one). Without
+it the Lipizzaner columns stay empty: no figure from another machine or another run stands in. Target:
+training within 1.1x of the floor.
 
     nice -n 5 .venv/bin/python benchmarks/iteration_speed.py                 # 1x1 and 2x2, threads 1 and 2
     nice -n 5 .venv/bin/python benchmarks/iteration_speed.py --sides 1 --threads 1 --rounds 5
     nice -n 5 .venv/bin/python benchmarks/iteration_speed.py --threads 1 --clock cpu   # on a busy machine
+    nice -n 5 .venv/bin/python benchmarks/iteration_speed.py --sides 1 --threads 1 --rounds 1 --batches 100 \
+        --lipizzaner ../lipizzaner-gan/src --lipizzaner-python ../lipizzaner-venv/bin/python
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import run_recipe, timings
 from _floor import floor_generation
+from _lipizzaner import measure as measure_lipizzaner
 
 from evogan.builtin.gan.problem import GanProblem
 from evogan.engine.run import build_settings, set_threads
@@ -50,7 +57,6 @@ from evogan.registry import Registries
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "recipes" / "demo.toml"
 PHASES = ("fitness", "selection", "training", "replacement", "mixture", "exchange")
-LIPIZZANER = {1: 13.5, 2: 33.3}  # seconds per iteration per cell
 
 
 def overrides(side: int, threads: int, args: argparse.Namespace, output: Path) -> list[str]:
@@ -94,7 +100,6 @@ def measure(side: int, threads: int, args: argparse.Namespace, output: Path) -> 
         "run_cpu_s": cpu,
         "cpu_s_per_cell_generation": cpu / (args.generations * side * side),
         "load_1min": [load_before, os.getloadavg()[0]],
-        "lipizzaner_s": LIPIZZANER.get(side),
     }
 
 
@@ -117,6 +122,10 @@ def main() -> None:
     parser.add_argument("--d-batch", default="auto", choices=("auto", "joint", "separate"),
                         help="evogan's problem.d_batch")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--lipizzaner", type=Path, default=None, metavar="SRC",
+                        help="a Lipizzaner checkout's src folder: run it side by side in every round")
+    parser.add_argument("--lipizzaner-python", default=sys.executable,
+                        help="the interpreter with Lipizzaner's requirements (default: this one)")
     parser.add_argument(
         "--clock", choices=("wall", "cpu"), default="wall",
         help="cpu: phases and run times in this process's CPU seconds (robust to other people's load at "
@@ -127,21 +136,29 @@ def main() -> None:
         time.perf_counter = time.process_time  # the engine's phase clock, run_recipe's and the floor's
     output = Path(tempfile.mkdtemp(prefix="evogan-speed-"))
     results = []
+    if args.lipizzaner is not None and args.clock == "cpu":
+        parser.error("--lipizzaner measures wall time (its own processes): leave --clock wall")
     print("| grid | threads | s / generation / cell | fitness | selection | training | replacement | mixture "
-          "| exchange | floor separate | floor joint | vs floor | CPU s / cell-gen (whole run) | Lipizzaner "
-          "| ratio | load |")
+          "| exchange | floor separate | floor joint | vs floor | CPU s / cell-gen (whole run) "
+          "| Lipizzaner s / iteration / cell | evogan / Lipizzaner (grid) | load |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for side in args.sides:
         for threads in args.threads:
             set_threads(threads)
             problem = floor_problem(threads, args, output)
             runs, floors = [], {"separate": [], "joint": []}
+            lipizzaner: list[float] = []  # per round: mean over cells of seconds per iteration after warm-up
             for round_ in range(args.rounds):
                 runs.append(measure(side, threads, args, output))
                 for variant in floors:
                     floors[variant].append(floor_generation(
                         problem, batches=args.batches, d_skip=1, joint=variant == "joint", seed=round_
                     ))
+                if args.lipizzaner is not None:
+                    cells = measure_lipizzaner(args.lipizzaner, args.lipizzaner_python, side, threads=threads,
+                                               iterations=args.generations, batches=args.batches, work=output)
+                    kept = [s for cell in cells for s in (cell[args.warmup:] or cell)]
+                    lipizzaner.append(statistics.mean(kept))
             r = runs[0] | {
                 "rounds": args.rounds,
                 "phases": {p: statistics.median(run["phases"][p] for run in runs) for p in PHASES},
@@ -152,16 +169,23 @@ def main() -> None:
                 "floor": {variant: statistics.median(times) for variant, times in floors.items()},
                 "floor_all": floors,
                 "load_1min": [runs[0]["load_1min"][0], os.getloadavg()[0]],
+                "lipizzaner_s": statistics.median(lipizzaner) if lipizzaner else None,
+                "lipizzaner_all": lipizzaner,
             }
             r["vs_floor"] = r["phases"]["training"] / min(r["floor"].values())
+            # Whole grid per generation: evogan's cells one after another, Lipizzaner's in parallel processes.
+            r["vs_lipizzaner"] = (
+                r["s_per_cell_generation"] * side * side / r["lipizzaner_s"] if r["lipizzaner_s"] else None
+            )
             results.append(r)
             phases = " | ".join(f"{r['phases'][p]:.2f}" for p in PHASES)
-            ratio = f"{r['s_per_cell_generation'] / r['lipizzaner_s']:.2f}" if r["lipizzaner_s"] else "-"
+            lip = f"{r['lipizzaner_s']:.2f}" if r["lipizzaner_s"] else "-"
+            ratio = f"{r['vs_lipizzaner']:.2f}" if r["vs_lipizzaner"] else "-"
             spread = r["s_per_cell_generation_all"]
             print(
                 f"| {r['grid']} | {threads} | {r['s_per_cell_generation']:.2f} ({min(spread):.2f}-{max(spread):.2f}) "
                 f"| {phases} | {r['floor']['separate']:.2f} | {r['floor']['joint']:.2f} | {r['vs_floor']:.2f} "
-                f"| {r['cpu_s_per_cell_generation']:.2f} | {r['lipizzaner_s'] or '-'} | {ratio} "
+                f"| {r['cpu_s_per_cell_generation']:.2f} | {lip} | {ratio} "
                 f"| {r['load_1min'][0]:.1f}-{r['load_1min'][1]:.1f} |",
                 flush=True,
             )

@@ -64,8 +64,9 @@ class RunSection(_Table):
     vectorize: AutoOrBool = Field(
         "auto",
         description="train the cells of a process as one batched computation (stacked networks, vmap); "
-        "auto: on CUDA where supported, looped on the CPU (bitwise equal for any number of cells per "
-        "process); records agree with the looped path within float tolerance",
+        "records agree with the looped path within float tolerance. auto: looped everywhere until "
+        "`make gpu-check` has passed on a GPU (then on CUDA where supported; the CPU stays looped, "
+        "bitwise equal for any number of cells per process); true: vectorised, an error where it cannot be",
     )
     keep_checkpoints: int = Field(
         3, ge=1, description="checkpoints kept per cell (the newest ones); resume picks the newest all cells share"
@@ -429,15 +430,14 @@ def validate(data: dict[str, Any], registries: Registries, *, path: Path = Path(
             errors,
             options_path="exchange.options",
         )
-    if "run" in fixed and fixed["run"].vectorize is True:  # what the engine cannot stack, known from the recipe
+    if "run" in fixed:  # what the engine cannot stack, known from the recipe; the device is not known yet
         sparsity = choices.get("sparsity")
-        if sparsity is not None and not getattr(sparsity.component, "stackable", False):
-            errors.append(
-                f"{source}: run.vectorize: true, but sparsity {sparsity.name} is not marked stackable "
-                "(its hooks may replace tensors the stack shares)"
-            )
-        if "exchange" in fixed and fixed["exchange"].every_batches:
-            errors.append(f"{source}: run.vectorize: true, but exchange.every_batches needs cells taking turns")
+        every_batches = fixed["exchange"].every_batches if "exchange" in fixed else 0
+        obstacle = vectorize_obstacle(sparsity.component if sparsity else None, every_batches)
+        try:
+            vectorize_choice(fixed["run"].vectorize, device="", cells=0, obstacle=obstacle)
+        except UserError as error:
+            errors.append(f"{source}: {error}")
     if errors:
         raise RecipeError(errors)
     return Recipe(
@@ -499,6 +499,42 @@ def transport_choice(recipe: Recipe, registries: Registries, *, processes: int) 
     return choice
 
 
+# ------------------------------------------------------------------------------------------ vectorize
+AUTO_VECTORIZES_ON: frozenset[str] = frozenset()
+"""Device types on which ``run.vectorize = "auto"`` trains a process's cells vectorised: only paths that
+have run. ``cuda`` joins once ``make gpu-check`` has passed on a GPU and its verdict line is recorded in
+benchmarks/RESULTS.md ("GPU check"); the CPU stays out (looped, bitwise the same for any number of cells
+per process, where vectorised records agree only within float tolerance)."""
+
+
+def vectorize_obstacle(sparsity: type[Component[Any]] | None, every_batches: int) -> str:
+    """What keeps the engine from training cells together, known from the recipe ('' when nothing)."""
+    if sparsity is not None and not getattr(sparsity, "stackable", False):
+        return f"sparsity {sparsity.name} is not marked stackable (its hooks may replace tensors the stack shares)"
+    if every_batches:
+        return "exchange.every_batches: cells exchange inside the generation, taking turns"
+    return ""
+
+
+def vectorize_choice(setting: bool | str, *, device: str, cells: int, obstacle: str = "") -> tuple[bool, str]:
+    """Whether a process trains its ``cells`` on ``device`` (a type: ``cpu``, ``cuda``) vectorised, and the
+    log line saying so: the one rule, asked by recipe validation, the engine and its probe of the problem.
+    ``obstacle`` says why it cannot be done ('' when it can); ``true`` with an obstacle is a UserError."""
+    if setting is False:
+        return False, "training: looped (run.vectorize = false)"
+    if setting is True and obstacle:
+        raise UserError(f"run.vectorize: true, but {obstacle}")
+    if setting == "auto" and device not in AUTO_VECTORIZES_ON:
+        where = ", ".join(sorted(AUTO_VECTORIZES_ON))
+        why = f"vectorises on {where} only" if where else "is looped until make gpu-check has passed on a GPU"
+        return False, f"training: looped (run.vectorize = auto {why}; true vectorises)"
+    if setting == "auto" and cells < 2:
+        return False, "training: looped (one cell in this process)"
+    if obstacle:
+        return False, f"training: looped ({obstacle})"
+    return True, f"training: vectorised over the {cells} cells of this process"
+
+
 def load(path: Path, registries: Registries, overrides: Iterable[str] = ()) -> Recipe:
     data = apply_overrides(read_toml(path), overrides, str(path))
     return validate(data, registries, path=path)
@@ -535,6 +571,7 @@ def dumps_toml(data: Mapping[str, Any], prefix: str = "") -> str:
 
 
 __all__ = [
+    "AUTO_VECTORIZES_ON",
     "COMPONENT_TABLES",
     "FIXED_TABLES",
     "Choice",
@@ -553,4 +590,6 @@ __all__ = [
     "read_toml",
     "transport_choice",
     "validate",
+    "vectorize_choice",
+    "vectorize_obstacle",
 ]

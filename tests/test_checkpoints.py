@@ -10,6 +10,7 @@ import errno
 import fnmatch
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -231,3 +232,72 @@ def test_a_real_full_or_read_only_disk_stops_the_run_and_it_resumes(
     assert all(directory.valid_generations(cell) for cell in range(4))
     run_in_process(prepare(None, resume_dir=prepared.run_dir.path))
     assert metrics(prepared.run_dir.path) == metrics(straight)
+
+
+# ------------------------------------------------------------------------------------------ earlier layout
+def to_earlier_layout(run_dir: Path) -> None:
+    """Leave the run's checkpoints as runs before commit 688e58d did: checkpoints/cell-NNNN.pt, one per cell
+    (the state of its last checkpoint, which that code wrote with the same torch.save), no digests."""
+    directory = RunDirectory(run_dir)
+    for cell in range(4):
+        newest = directory.checkpoint_path(cell, directory.checkpoint_generations(cell)[0])
+        os.replace(newest, run_dir / "checkpoints" / f"cell-{cell:04d}.pt")
+    for path in (run_dir / "checkpoints").glob("cell-*-g*"):
+        path.unlink()
+
+
+def test_a_run_of_the_earlier_layout_is_migrated_on_resume_and_continues_exactly(
+    tiny_recipe, capfd: pytest.CaptureFixture[str]
+) -> None:
+    path = tiny_recipe(seed=4, generations=4, varied=True)
+    straight = run(path)
+    run_dir = run(path, "run.generations=2")
+    to_earlier_layout(run_dir)
+    before = {p.name: p.read_bytes() for p in (run_dir / "checkpoints").iterdir()}
+    # What an interrupted migration leaves: a digest beside the old file, which stays to migrate again.
+    (run_dir / "checkpoints" / "cell-0000-g000002.sha256").write_text("half\n")
+    capfd.readouterr()
+    run_in_process(prepare(None, resume_dir=run_dir, overrides=["run.generations=4"]))
+    warnings = [line for line in capfd.readouterr().err.splitlines() if line.startswith("warning:")]
+    assert warnings == [
+        f"warning: {run_dir / 'checkpoints'}: migrated 4 checkpoint(s) of the earlier layout (cell-NNNN.pt) "
+        "to cell-NNNN-gGGGGGG.pt with digests"
+    ]
+    assert metrics(run_dir) == metrics(straight)
+    directory = RunDirectory(run_dir)
+    for cell in range(4):  # the migrated generation is kept, with its digest, beside the new ones
+        assert directory.valid_generations(cell) == [4, 3, 2]
+        migrated = directory.checkpoint_path(cell, 2)
+        assert migrated.read_bytes() == before[f"cell-{cell:04d}.pt"]
+    assert not list((run_dir / "checkpoints").glob("cell-[0-9][0-9][0-9][0-9].pt"))
+
+
+def test_evaluate_migrates_a_run_of_the_earlier_layout(tiny_recipe, tmp_path: Path) -> None:
+    original = run(tiny_recipe(generations=2))
+    earlier = tmp_path / "earlier"
+    shutil.copytree(original, earlier)
+    to_earlier_layout(earlier)
+    expected, result = invoke("evaluate", str(original), "--json"), invoke("evaluate", str(earlier), "--json")
+    assert result.exit_code == 0 and "migrated 4 checkpoint(s) of the earlier layout" in result.output
+    scores = [json.loads(r.output[r.output.index("{") :])["cells"] for r in (expected, result)]
+    assert scores[0] == scores[1]
+    assert RunDirectory(earlier).valid_generations(0) == [2]
+
+
+@pytest.mark.parametrize("damage", ["garbage", "another cell's"])
+def test_a_damaged_checkpoint_of_the_earlier_layout_is_one_line_and_nothing_moves(tiny_recipe, damage: str) -> None:
+    run_dir = run(tiny_recipe(generations=2))
+    to_earlier_layout(run_dir)
+    bad = run_dir / "checkpoints" / "cell-0002.pt"
+    if damage == "garbage":
+        bad.write_bytes(os.urandom(2048))
+    else:
+        bad.write_bytes((run_dir / "checkpoints" / "cell-0001.pt").read_bytes())
+    before = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
+    for command in (("run", "--resume", str(run_dir), "--quiet"), ("evaluate", str(run_dir))):
+        result = invoke(*command)
+        assert result.exit_code == 2 and "Traceback" not in result.output
+        errors = [line for line in result.output.splitlines() if line.strip()]
+        assert len(errors) == 1 and errors[0].startswith(f"error: {bad}: a checkpoint of the earlier layout")
+        assert "nothing was migrated" in errors[0]
+        assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == before

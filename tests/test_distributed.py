@@ -229,9 +229,12 @@ def test_reporter_shows_peer_age_when_present() -> None:
     ids=["per-generation", "every-batch-with-optimizer-state"],
 )
 def test_lockstep_workers_match_the_single_process_run_exactly(tiny_recipe, inside: tuple[str, ...]) -> None:
-    path = tiny_recipe(seed=7, generations=3)
+    from test_vectorized import assert_real_choices
+
+    path = tiny_recipe(seed=7, generations=3, varied=True)  # mixture ES steps and a best cell to agree on
     reference = prepare(path, overrides=inside)
     run_in_process(reference)
+    assert_real_choices(reference.run_dir.path)
     run_dir, summary = launched(path, "run.threads=0", *inside)  # threads are operational: same numbers
     assert records(run_dir) == records(reference.run_dir.path)
     expected = max(1, len(os.sched_getaffinity(0)) // 2)  # cores / local workers, never all cores each
@@ -252,7 +255,7 @@ def test_lockstep_workers_match_the_single_process_run_exactly(tiny_recipe, insi
 
 @pytest.mark.slow
 def test_interrupt_stops_every_worker_at_one_generation_and_resume_completes(tiny_recipe) -> None:
-    path = tiny_recipe(seed=4, generations=5)
+    path = tiny_recipe(seed=4, generations=5, varied=True)
     reference = prepare(path)
     run_in_process(reference)
     marker: dict[str, Path] = {}
@@ -289,7 +292,7 @@ def test_sigkill_restarts_the_group_and_every_cell_resumes(tiny_recipe, monkeypa
 def test_a_kill_between_checkpoints_resumes_every_cell_from_one_generation(tiny_recipe, monkeypatch) -> None:
     """Worker 0 dies after cell 1's generation 3 while worker 1 has already checkpointed generation 4:
     all cells go back to generation 2, the newest they share, and the run equals the uninterrupted one."""
-    path = tiny_recipe(seed=5, generations=6)
+    path = tiny_recipe(seed=5, generations=6, varied=True)
     reference = prepare(path, overrides=["run.checkpoint_every=2"])
     run_in_process(reference)
     monkeypatch.setenv("EVOGAN_FAULT", "1:3:kill")

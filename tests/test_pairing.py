@@ -5,6 +5,12 @@ for bit; reproducibility and resume under every pairing; recipe errors.
 (commit f998cf8; the selection case now sets ``exchange.optimizer_state=false``, a later key, to match it),
 recorded with ``PYTHONPATH=<checkout> python tests/test_pairing.py --record``. If a
 later change is meant to alter the numbers, re-record it there and say so in the commit.
+
+Its tiny recipe saturates the mixture scores (TVD 1.0 everywhere: no mixture ES step is accepted, the best
+cell is a tie), so ``tests/data/pairing_reference_varied.json`` pins the reference pairing's floats on the
+varied tiny recipe too, where those choices happen: recorded at the commit that added it (issue 20) with
+``python tests/test_pairing.py --record-varied``; re-record it the same way when a change is meant to alter
+the numbers, and say so in the commit.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import torch
 from click.testing import CliRunner
 from test_run import metrics as records
 from test_run import run
+from test_vectorized import assert_real_choices
 
 from evogan import hookimpl
 from evogan import recipe as recipes
@@ -42,6 +49,12 @@ RECORDED_CASES = {
     "in_place": ["population.selection=false", "population.size=2", 'problem.d_batch="separate"'],
 }
 NEWER_FIELDS = ("exchanges", "staleness")  # record fields added after the recording
+RECORDED_VARIED = HERE / "data" / "pairing_reference_varied.json"
+# name -> overrides of the varied tiny recipe (seed 7, 3 generations, 2x2), today's defaults otherwise
+VARIED_CASES = {
+    "selection": [],
+    "in_place": ["population.selection=false", "population.size=2"],
+}
 PAIRINGS = ("reference", "own_pair", "g_neighbourhood", "g_mixture")
 PAPER_RECIPES = ("mnist.toml", "mnist-adapt.toml", "cifar10.toml", "cifar10-sngan.toml", "celeba.toml")
 
@@ -57,6 +70,17 @@ def test_reference_reproduces_the_records_of_the_code_before_pairings(tiny_recip
     named = records(run(path, *RECORDED_CASES[case], 'pairing={use="reference"}'))
     for got in (left_out, named):
         assert_close([{k: v for k, v in r.items() if k not in NEWER_FIELDS} for r in got], expected)
+
+
+@pytest.mark.parametrize("case", sorted(VARIED_CASES))
+def test_reference_reproduces_its_records_where_the_mixture_ES_and_the_best_cell_choose(tiny_recipe, case) -> None:
+    expected = json.loads(RECORDED_VARIED.read_text())[case]
+    path = tiny_recipe(seed=7, generations=3, varied=True)
+    left_out = run(path, *VARIED_CASES[case])
+    assert_real_choices(left_out)
+    named = run(path, *VARIED_CASES[case], 'pairing={use="reference"}')
+    for got in (records(left_out), records(named)):
+        assert_close(got, expected)
 
 
 def assert_close(got: object, expected: object, path: str = "records") -> None:
@@ -210,7 +234,7 @@ def test_a_weighted_step_against_one_discriminator_equals_the_plain_step(tiny_re
 # ------------------------------------------------------------------------------------------ reproducible
 @pytest.mark.parametrize("pairing", PAIRINGS)
 def test_same_seed_and_resume_are_exact_under_every_pairing(tiny_recipe, pairing: str) -> None:
-    path = tiny_recipe(seed=3, generations=2)
+    path = tiny_recipe(seed=3, generations=2, varied=True)  # g_mixture's weights move: resume must carry them
     overrides = ("population.selection=false", f'pairing={{use="{pairing}"}}')
     straight = run(path, *overrides)
     again = run(path, *overrides)
@@ -296,5 +320,18 @@ def _record(target: Path) -> None:
     target.write_text(json.dumps(out, indent=1) + "\n")
 
 
+def _record_varied(target: Path) -> None:
+    from evogan.testing import write_tiny_recipe
+
+    torch.set_num_threads(1)
+    out = {}
+    for name, overrides in VARIED_CASES.items():
+        path = write_tiny_recipe(Path(tempfile.mkdtemp()), seed=7, generations=3, varied=True)
+        out[name] = records(run(path, *overrides))
+    target.write_text(json.dumps(out, indent=1) + "\n")
+
+
 if __name__ == "__main__" and sys.argv[1:] == ["--record"]:
     _record(RECORDED)
+if __name__ == "__main__" and sys.argv[1:] == ["--record-varied"]:
+    _record_varied(RECORDED_VARIED)

@@ -188,3 +188,14 @@ def test_a_plugin_object_is_registered_for_one_run_only(tmp_path: Path) -> None:
         assert "worst_first" in Registries.from_plugin_manager(make_plugin_manager())["selection"]
         json.loads((run_tiny(recipe) / "summary.json").read_text())
     assert "worst_first" not in Registries.from_plugin_manager(make_plugin_manager())["selection"]
+
+
+def test_the_varied_tiny_recipe_makes_real_choices(tmp_path: Path) -> None:
+    """Its mixture ES accepts steps and its best cell is picked among different scores (the plain tiny
+    recipe's are all TVD 1.0), so equality tests built on it see those choices."""
+    from test_vectorized import assert_real_choices
+
+    run_dir = run_tiny(write_tiny_recipe(tmp_path, seed=1, generations=3, varied=True))
+    assert_real_choices(run_dir)
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert 0 < min(r["mixture_metrics"]["hq_fraction"] for r in records) < 1  # neither junk nor saturated

@@ -33,7 +33,7 @@ from evogan.engine.lockstep import Pause, run_in_turns
 from evogan.engine.rundir import RunDirectory, writing
 from evogan.engine.vectorized import decide, train_together
 from evogan.errors import UserError
-from evogan.recipe import Recipe
+from evogan.recipe import Recipe, vectorize_choice
 from evogan.registry import Registries
 from evogan.rng import SCORE_STREAMS, CellRandom, score_generator
 
@@ -236,9 +236,9 @@ class Driver:
         discs = [d for cell in self.cells for d in cell.discriminators]
         probe = self.settings.problem.stacked_training(gens, discs, hooks=self.settings.sparsity is not None)
         if isinstance(probe, str):
-            if self.recipe.run.vectorize is True:
-                raise UserError(f"run.vectorize: true, but {probe}")
-            self.vectorize, self.training_note = False, f"training: looped ({probe})"
+            self.vectorize, self.training_note = vectorize_choice(
+                self.recipe.run.vectorize, device=self.device.type, cells=len(self.cells), obstacle=probe
+            )
         else:  # it trained nothing: closing gives the individuals their own tensors back, unchanged
             probe.close()
 

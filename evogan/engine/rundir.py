@@ -7,6 +7,9 @@
         logs/cell-0003.log   one human-readable line per generation
         checkpoints/cell-0003-g000010.pt   the newest ``run.keep_checkpoints`` per cell, each with the
         checkpoints/cell-0003-g000010.sha256   digest recorded after it was written and read back
+                             (runs before commit 688e58d kept one checkpoints/cell-0003.pt per cell, no
+                             digest: opening such a run renames them into this layout, see
+                             :meth:`RunDirectory.migrate_legacy_checkpoints`)
         samples/gen-0010-cell-0003.png   a cell's mixture every ``run.samples_every`` generations;
         samples/final-best-cell-0003.png the best mixture at the end
         plots/               curves and the grid heatmap; summary.json at the end
@@ -118,11 +121,15 @@ class RunDirectory:
 
     @classmethod
     def open_existing(cls, path: Path) -> RunDirectory:
+        """A run directory made earlier (``--resume``, ``evogan evaluate`` and the other commands that load
+        a run), its checkpoints of the earlier layout migrated."""
         if not path.is_dir():
             raise UserError(f"{path}: no such run directory")
         if not (path / RECIPE_FILE).is_file():
             raise UserError(f"{path}: not a run directory (no {RECIPE_FILE})")
-        return cls(path)
+        directory = cls(path)
+        directory.migrate_legacy_checkpoints()
+        return directory
 
     @property
     def run_id(self) -> str:
@@ -303,6 +310,54 @@ class RunDirectory:
                     _digest_path(path).unlink(missing_ok=True)
                     path.unlink(missing_ok=True)
 
+    def migrate_legacy_checkpoints(self) -> int:
+        """Give each checkpoint of the earlier layout (``cell-0003.pt``: one per cell, no digest) its
+        generation's name and a digest; return how many moved. All are read first (an evogan checkpoint
+        of its cell, else a one-line UserError naming it, and nothing moves); each digest is written
+        before the atomic rename, so an interruption leaves the old file to migrate again: nothing is lost."""
+        found: list[tuple[Path, Path]] = []
+        for path in sorted((self.path / "checkpoints").glob("cell-*.pt")):
+            digits = path.stem.removeprefix("cell-")
+            if not digits.isdigit():
+                continue  # this layout's cell-0003-g000010.pt
+            cell = int(digits)
+            try:
+                state = torch.load(path, map_location="cpu", weights_only=True)
+            except FileNotFoundError:
+                continue  # another process of this run migrated it meanwhile
+            except Exception as exc:  # torch raises many kinds for a damaged file
+                raise UserError(_legacy_refusal(path, f"unreadable ({type(exc).__name__})")) from None
+            if (
+                not isinstance(state, dict)
+                or state.get("format") != 1
+                or state.get("cell") != cell
+                or not isinstance(state.get("generation"), int)
+            ):
+                raise UserError(_legacy_refusal(path, f"not an evogan checkpoint for cell {cell}"))
+            found.append((path, self.checkpoint_path(cell, state["generation"])))
+        moved = 0
+        for path, target in found:
+            if target.exists():
+                self.warn(f"{path}: left in place, {target.name} already holds that generation")
+                continue
+            try:
+                digest = file_sha256(path)
+            except FileNotFoundError:  # another process of this run moved it first
+                continue
+            with writing(target):  # a failed write is one line; the old file stays
+                atomic_write(_digest_path(target), partial(_write_lines, [digest + "\n"]), binary=False)
+                try:
+                    os.replace(path, target)
+                except FileNotFoundError:
+                    continue
+            moved += 1
+        if moved:
+            self.warn(
+                f"{self.path / 'checkpoints'}: migrated {moved} checkpoint(s) of the earlier layout "
+                "(cell-NNNN.pt) to cell-NNNN-gGGGGGG.pt with digests"
+            )
+        return moved
+
     def warn(self, line: str) -> None:
         print(f"warning: {line}", file=sys.stderr, flush=True)
 
@@ -337,6 +392,13 @@ def resume_points(available: Mapping[int, Sequence[int]]) -> dict[int, int]:
         point = max(common)
         return {cell: point for cell in available}
     return {cell: max(gens) for cell, gens in available.items()}
+
+
+def _legacy_refusal(path: Path, why: str) -> str:
+    return (
+        f"{path}: a checkpoint of the earlier layout (cell-NNNN.pt, before per-generation checkpoints) is "
+        f"{why}: nothing was migrated; restore the file from a backup or move it out of checkpoints/"
+    )
 
 
 def _digest_path(checkpoint: Path) -> Path:

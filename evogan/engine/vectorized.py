@@ -19,6 +19,8 @@ only in place); the built-in ones are.
 What is not vectorised trains through the looped path, with the reason logged: a controller not marked
 stackable, exchanges inside a generation, and whatever the problem declines
 (:meth:`Problem.stacked_training <evogan.api.Problem.stacked_training>`: e.g. dropout, a random loss).
+One rule decides, for the recipe's check, :func:`decide` and the driver's probe of the problem alike:
+:func:`evogan.recipe.vectorize_choice` (``auto`` vectorises only on devices where this path has run).
 """
 
 from __future__ import annotations
@@ -31,8 +33,8 @@ import torch
 
 from evogan.api import StackedTraining
 from evogan.engine.cell import CellSettings, TrainingJob
-from evogan.errors import UserError
 from evogan.individual import Individual
+from evogan.recipe import vectorize_choice, vectorize_obstacle
 
 Setting = Literal["auto", True, False]
 
@@ -40,30 +42,14 @@ Setting = Literal["auto", True, False]
 def engine_reason(settings: CellSettings) -> str:
     """Why the engine itself cannot train these cells together ('' when it can)."""
     sparsity = settings.sparsity
-    if sparsity is not None and not type(sparsity).stackable:
-        return f"sparsity {sparsity.name} is not marked stackable (its hooks may replace tensors the stack shares)"
-    if settings.recipe.exchange.every_batches:
-        return "exchange.every_batches: cells exchange inside the generation, taking turns"
-    return ""
+    return vectorize_obstacle(type(sparsity) if sparsity is not None else None, settings.recipe.exchange.every_batches)
 
 
 def decide(setting: Setting, settings: CellSettings, device: torch.device, cells: int) -> tuple[bool, str]:
-    """Whether to vectorise, and the line saying so. ``auto`` vectorises on CUDA, where small networks
-    leave the device idle one cell at a time; on the CPU the looped path stays the default, because it is
-    bitwise the same whatever the number of cells per process (vectorised records agree only within
-    float tolerance). ``true`` where it cannot be done is a user error."""
-    if setting is False:
-        return False, "training: looped (run.vectorize = false)"
-    if setting == "auto" and device.type != "cuda":
-        return False, "training: looped (run.vectorize = auto vectorises on CUDA only)"
-    if setting == "auto" and cells < 2:
-        return False, "training: looped (one cell in this process)"
-    reason = engine_reason(settings)
-    if reason and setting is True:
-        raise UserError(f"run.vectorize: true, but {reason}")
-    if reason:
-        return False, f"training: looped ({reason})"
-    return True, f"training: vectorised over the {cells} cells of this process"
+    """Whether to vectorise, and the line saying so (:func:`evogan.recipe.vectorize_choice`, the one rule:
+    ``auto`` vectorises only on devices where the vectorised path has run, ``true`` where it cannot be
+    done is a user error)."""
+    return vectorize_choice(setting, device=device.type, cells=cells, obstacle=engine_reason(settings))
 
 
 def train_together(jobs: Sequence[TrainingJob]) -> str:

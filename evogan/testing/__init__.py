@@ -40,15 +40,35 @@ from evogan.testing.contracts import (
 )
 
 TINY_RECIPE = Path(__file__).with_name("tiny.toml")
+# The tiny recipe's 8 modes of std 0.02 on a ring of radius 2 are out of reach in a few batches: every
+# mixture scores TVD 1.0, so the mixture ES never accepts a step and the best cell is a tie. Four wide
+# modes near the origin, where fresh generators put their samples, and larger steps make cells' scores
+# differ from the first generation on.
+VARIED = (
+    "problem.data.modes=4",
+    "problem.data.radius=0.5",
+    "problem.data.std=0.1",
+    "problem.learning_rate=5e-3",
+    "mixture.sigma=0.1",
+)
 
 
 def tiny_recipe_text(
-    *, seed: int = 1, generations: int = 3, rows: int = 2, cols: int = 2, output_dir: Path | str = "runs"
+    *,
+    seed: int = 1,
+    generations: int = 3,
+    rows: int = 2,
+    cols: int = 2,
+    output_dir: Path | str = "runs",
+    varied: bool = False,
 ) -> str:
-    """The tiny recipe (a 2x2 torus of small MLPs on a 2-D Gaussian ring) as TOML text."""
+    """The tiny recipe (a 2x2 torus of small MLPs on a 2-D Gaussian ring) as TOML text; ``varied``: four
+    wide modes near the origin and larger steps, where cells' mixture scores differ and the ES accepts steps."""
     data = tomllib.loads(TINY_RECIPE.read_text(encoding="utf-8"))
     data["run"].update(seed=seed, generations=generations, output_dir=str(output_dir))
     data["topology"].update(rows=rows, cols=cols)
+    if varied:
+        data = apply_overrides(data, VARIED, "tiny recipe")
     return dumps_toml(data)
 
 
@@ -61,17 +81,21 @@ def write_tiny_recipe(
     cols: int = 2,
     extra: str = "",
     overrides: Iterable[str] = (),
+    varied: bool = False,
 ) -> Path:
     """Write the tiny recipe into ``directory`` (runs go to ``directory/runs``) and return its path.
 
     :param extra: TOML text appended to it (tables it lacks, e.g. ``[problem.loss]``).
     :param overrides: ``--set``-style ``KEY=VALUE`` changes (``'selection={use="linear_rank"}'``).
+    :param varied: the easy ring where cells' mixture scores differ (see :func:`tiny_recipe_text`).
     """
-    text = tiny_recipe_text(seed=seed, generations=generations, rows=rows, cols=cols, output_dir=directory / "runs")
+    text = tiny_recipe_text(
+        seed=seed, generations=generations, rows=rows, cols=cols, output_dir=directory / "runs", varied=varied
+    )
     overrides = list(overrides)
     if overrides:
         text = dumps_toml(apply_overrides(tomllib.loads(text), overrides, "tiny recipe"))
-    path = directory / f"tiny-{seed}-{generations}-{rows}x{cols}.toml"
+    path = directory / f"tiny-{seed}-{generations}-{rows}x{cols}{'-varied' if varied else ''}.toml"
     path.write_text(text + extra, encoding="utf-8")
     return path
 
