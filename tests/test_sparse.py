@@ -279,6 +279,33 @@ def test_masked_spectral_norm_critic_forwards_as_its_masked_weights_after_traini
         assert torch.equal(d.network(probe), before)
 
 
+@pytest.mark.parametrize("moments", ["layer", "zero"])
+def test_grown_weights_start_at_zero_with_their_layers_second_moment(moments: str) -> None:
+    net = nn.Linear(8, 8)
+    opt = torch.optim.Adam(net.parameters(), lr=1e-2)
+    for _ in range(3):
+        opt.zero_grad()
+        net(torch.randn(4, 8, generator=rng(5))).pow(2).sum().backward()
+        opt.step()
+    params = {"weight": net.weight}
+    mask = torch.rand(8, 8, generator=rng(0)) < 0.5
+    masks.apply_masks(params, {"weight": mask}, opt)
+    state = opt.state[net.weight]
+    expected = float(state["exp_avg_sq"][mask].mean())
+    new, replaced = dst.prune_and_grow(
+        params, {"weight": mask}, 0.25, growth="gradient", generator=rng(1), optimizer=opt, moments=moments
+    )
+    grown = new["weight"] & ~mask
+    assert replaced > 0 and bool(grown.any())
+    assert torch.all(net.weight[grown] == 0) and torch.all(state["exp_avg"][grown] == 0)
+    kept = new["weight"] & mask
+    # the mean is taken over the layer's active weights that were not grown (here: after pruning)
+    seeded = float(state["exp_avg_sq"][kept].mean()) if moments == "layer" else 0.0
+    assert torch.allclose(state["exp_avg_sq"][grown], torch.full((int(grown.sum()),), seeded))
+    assert torch.all(state["exp_avg_sq"][~new["weight"]] == 0)
+    assert expected > 0
+
+
 def test_apply_masks_follows_replaced_and_edited_masks() -> None:
     # apply_masks caches a 0/1 multiplier per mask: a new mask, or one edited in place, must take effect.
     net = nn.Linear(8, 8)

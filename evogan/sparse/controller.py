@@ -153,6 +153,7 @@ class MaskedController(SparsityController[StaticOptions]):
                 growth=growth,
                 generator=_event_rng(gs),
                 optimizer=generator.optimizer,
+                moments=o.grown_moments,
             )
             _set_masks(generator, new_masks)
         if o.sema and "sema" in gs:
@@ -302,7 +303,13 @@ class MaskedController(SparsityController[StaticOptions]):
             progress = int(state["clock"])
             fraction = dst.cosine_fraction(progress, o.total_steps, o.d_drop_fraction, o.drop_fraction_end)
             new, _ = dst.prune_and_grow(
-                params, masks, fraction, growth=o.d_growth, generator=rng, optimizer=discriminator.optimizer
+                params,
+                masks,
+                fraction,
+                growth=o.d_growth,
+                generator=rng,
+                optimizer=discriminator.optimizer,
+                moments=o.grown_moments,
             )
             _set_masks(discriminator, new)
             return
@@ -311,7 +318,13 @@ class MaskedController(SparsityController[StaticOptions]):
         ds["density"] = density
         target = round(density * _masks.total_count(masks))
         new = dst.resize(
-            params, masks, target, growth=o.d_growth, generator=rng, optimizer=discriminator.optimizer
+            params,
+            masks,
+            target,
+            growth=o.d_growth,
+            generator=rng,
+            optimizer=discriminator.optimizer,
+            moments=o.grown_moments,
         )
         _set_masks(discriminator, new)
 

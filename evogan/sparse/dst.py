@@ -2,9 +2,11 @@
 
 All functions treat the masked layers of one network as one pool (global thresholds, as the reference's
 ``global_magnitude_death`` / ``global_gradient_growth``), so per-layer densities drift while the total
-active count stays exact. Grown weights start at 0 with zero optimizer moments; a weight pruned in an
+active count stays exact. Grown weights start at 0 with a zero first moment; a weight pruned in an
 update may be regrown in the same update, and then also restarts from 0 (the reference zeroes pruned
-weights before growing).
+weights before growing). Their second moment (``moments="layer"``) starts at the mean of their layer's
+active weights: Adam's bias correction is per tensor, so from a zero second moment a grown weight's
+first steps would be 7-30x its neighbours' (at beta2 0.999) for hundreds of steps.
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ import torch
 from evogan.sparse.masks import active_count, reset_positions
 
 Growth = Literal["random", "gradient"]
+Moments = Literal["layer", "zero"]
+#: Per-element optimizer state holding a running mean of squared gradients (Adam/AdamW, AMSGrad, RMSprop).
+SECOND_MOMENTS = ("exp_avg_sq", "max_exp_avg_sq", "square_avg")
 
 
 def cosine_fraction(step: int, total_steps: int, start: float = 0.5, end: float = 0.005) -> float:
@@ -100,6 +105,26 @@ def grow(
     return {n: masks[n] | grown[n] for n in names}, grown
 
 
+@torch.no_grad()
+def seed_second_moments(
+    params: Mapping[str, torch.Tensor],
+    grown: Mapping[str, torch.Tensor],
+    masks: Mapping[str, torch.Tensor],
+    optimizer: torch.optim.Optimizer | None,
+) -> None:
+    """Give each grown position the mean second moment of its layer's other active weights (none there:
+    left at 0), so its first optimizer steps are the size of its neighbours'."""
+    if optimizer is None:
+        return
+    for name, where in grown.items():
+        state = optimizer.state.get(params[name], {})
+        others = masks[name] & ~where
+        for key in SECOND_MOMENTS:
+            value = state.get(key)
+            if isinstance(value, torch.Tensor) and value.shape == where.shape and bool(others.any()):
+                value.masked_fill_(where, float(value[others].mean()))
+
+
 def prune_and_grow(
     params: Mapping[str, torch.Tensor],
     masks: Mapping[str, torch.Tensor],
@@ -108,6 +133,7 @@ def prune_and_grow(
     growth: Growth,
     generator: torch.Generator,
     optimizer: torch.optim.Optimizer | None = None,
+    moments: Moments = "layer",
 ) -> tuple[dict[str, torch.Tensor], int]:
     """One DST update: prune ``round(fraction * active)`` by magnitude, regrow as many; returns
     ``(new masks, number replaced)``. Weights and optimizer state are updated in place."""
@@ -115,6 +141,8 @@ def prune_and_grow(
     pruned = prune_magnitude(params, masks, count)
     new, grown = grow(params, pruned, count, growth=growth, generator=generator)
     reset_positions(params, {n: grown[n] | ~new[n] for n in new}, optimizer)
+    if moments == "layer":
+        seed_second_moments(params, grown, new, optimizer)
     return new, count
 
 
@@ -126,16 +154,29 @@ def resize(
     growth: Growth,
     generator: torch.Generator,
     optimizer: torch.optim.Optimizer | None = None,
+    moments: Moments = "layer",
 ) -> dict[str, torch.Tensor]:
     """Masks with exactly ``target`` active weights: grow (``growth``) or prune by global magnitude."""
     active = active_count(masks)
     if target > active:
         new, grown = grow(params, masks, target - active, growth=growth, generator=generator)
         reset_positions(params, grown, optimizer)
+        if moments == "layer":
+            seed_second_moments(params, grown, new, optimizer)
         return new
     new = prune_magnitude(params, masks, active - target)
     reset_positions(params, {n: ~new[n] for n in new}, optimizer)
     return new
 
 
-__all__ = ["Growth", "cosine_fraction", "grow", "prune_and_grow", "prune_magnitude", "resize"]
+__all__ = [
+    "SECOND_MOMENTS",
+    "Growth",
+    "Moments",
+    "cosine_fraction",
+    "grow",
+    "prune_and_grow",
+    "prune_magnitude",
+    "resize",
+    "seed_second_moments",
+]

@@ -65,6 +65,12 @@ class StaticOptions(ComponentOptions):
 
 class DstOptions(StaticOptions):
     g_interval: int = Field(500, gt=0, description="Generator prune-and-grow every this many G steps.")
+    grown_moments: Literal["layer", "zero"] = Field(
+        "layer",
+        description="A regrown weight's Adam second moment: 'layer', the mean of its layer's active weights, "
+        "so its first steps are its neighbours' size; 'zero': zero, whence (bias correction being per "
+        "tensor) its first steps are 7-30x larger for hundreds of steps at beta2 0.999.",
+    )
     drop_fraction: float = Field(
         0.5, gt=0, le=1, description="Fraction of active G weights replaced at step 0."
     )
