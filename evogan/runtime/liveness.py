@@ -23,7 +23,8 @@ import contextlib
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 
 BEAT_SECONDS = 1.0
 BEAT, ACK = "evogan-beat", "evogan-ack"
@@ -95,17 +96,23 @@ class NodeWatch:
         finally:
             self._sock.close()
 
-    def _answer(self) -> None:
-        """Head: note every beat of this run and answer with the nodes heard within the limit."""
+    def _datagrams(self, size: int) -> Iterator[tuple[list[str], Any]]:
+        """This run's datagrams (their words, and the sender) until the next beat is due."""
         deadline = time.monotonic() + self.interval
         while (left := deadline - time.monotonic()) > 0:
             self._sock.settimeout(left)
             try:
-                data, sender = self._sock.recvfrom(512)
+                data, sender = self._sock.recvfrom(size)
             except (TimeoutError, OSError):
                 return
             words = data.decode(errors="replace").split()
-            if len(words) == 3 and words[0] == BEAT and words[1] == self.run_id:
+            if len(words) >= 2 and words[1] == self.run_id:
+                yield words, sender
+
+    def _answer(self) -> None:
+        """Head: note every beat of this run and answer with the nodes heard within the limit."""
+        for words, sender in self._datagrams(512):
+            if len(words) == 3 and words[0] == BEAT:
                 now = time.monotonic()
                 self.heard[words[2]] = now
                 alive = ",".join(sorted(n for n, t in self.heard.items() if now - t < self.limit))
@@ -113,18 +120,11 @@ class NodeWatch:
                     self._sock.sendto(f"{ACK} {self.run_id} {alive}".encode(), sender)
 
     def _beat(self) -> None:
-        """Other nodes: one beat, then wait for the head's answer until the next beat is due."""
-        deadline = time.monotonic() + self.interval
+        """Other nodes: one beat, then take the head's answers until the next beat is due."""
         with contextlib.suppress(OSError):  # no route while a link is down: a missed beat
             self._sock.sendto(f"{BEAT} {self.run_id} {self.me}".encode(), (self.host, self.port))
-        while (left := deadline - time.monotonic()) > 0:
-            self._sock.settimeout(left)
-            try:
-                data, _ = self._sock.recvfrom(4096)
-            except (TimeoutError, OSError):
-                return
-            words = data.decode(errors="replace").split()
-            if len(words) >= 2 and words[0] == ACK and words[1] == self.run_id:
+        for words, _ in self._datagrams(4096):
+            if words[0] == ACK:
                 now = time.monotonic()
                 self.heard[self.host] = now
                 for name in words[2].split(",") if len(words) > 2 else []:

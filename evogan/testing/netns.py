@@ -145,7 +145,7 @@ class Impairment:
             parts.append(f"{self.loss:.0%} loss")
         if self.rate_mbit:
             parts.append(f"{self.rate_mbit:g} Mbit/s")
-        return ", ".join(parts) or "none"
+        return ", ".join(parts) or "no impairment"
 
 
 @dataclass
@@ -217,15 +217,15 @@ class Cluster:
         for name in (self.switch, *self.names):
             _ip("netns", "add", name)
             self._made.append(name)
-            _ip("-n", name, "link", "set", "lo", "up")
+            _ip(*f"-n {name} link set lo up".split())
         _ip("-n", self.switch, "link", "add", "br0", "type", "bridge")
-        _ip("-n", self.switch, "link", "set", "br0", "up")
+        _ip(*f"-n {self.switch} link set br0 up".split())
         for i, name in enumerate(self.names):
             _ip("link", "add", "eth0", "netns", name, "type", "veth", "peer", "name", f"p{i}", "netns", self.switch)
-            _ip("-n", self.switch, "link", "set", f"p{i}", "master", "br0")
-            _ip("-n", self.switch, "link", "set", f"p{i}", "up")
+            _ip(*f"-n {self.switch} link set p{i} master br0".split())
+            _ip(*f"-n {self.switch} link set p{i} up".split())
             _ip("-n", name, "addr", "add", f"{self.address(i)}/24", "dev", "eth0")
-            _ip("-n", name, "link", "set", "eth0", "up")
+            _ip(*f"-n {name} link set eth0 up".split())
 
     def close(self) -> None:
         """Kill every process in the nodes, delete the namespaces (idempotent)."""
@@ -311,7 +311,7 @@ class Cluster:
     # -------------------------------------------------------------------------- faults
     def link(self, node: int, *, up: bool) -> None:
         """Plug or pull node ``node``'s cable: its port on the switch goes up or down."""
-        _ip("-n", self.switch, "link", "set", f"p{node}", "up" if up else "down")
+        _ip(*f"-n {self.switch} link set p{node} {'up' if up else 'down'}".split())
 
     @property
     def netem(self) -> bool:
@@ -396,6 +396,18 @@ class Cluster:
         shown = json.loads(_ip("-n", self.names[node], "-j", "-s", "link", "show", "dev", "eth0").stdout)
         stats = shown[0]["stats64"]
         return int(stats["tx"]["bytes"]), int(stats["rx"]["bytes"])
+
+    def round_trip(self, source: int, target: int, port: int = 9) -> float:
+        """Seconds for a TCP connect from ``source`` to ``target`` (SYN out, SYN-ACK or RST back): one
+        round trip through whatever ``impair`` set up. The port need not be open."""
+        probe = (
+            "import socket, time\n"
+            "s = socket.socket(); s.settimeout(10); t = time.perf_counter()\n"
+            f"try: s.connect(({self.address(target)!r}, {port}))\n"
+            "except ConnectionRefusedError: pass\n"
+            "print(time.perf_counter() - t)"
+        )
+        return float(self.run(source, [sys.executable, "-c", probe]).stdout.strip())
 
     def wire_bytes(self) -> int:
         """Bytes sent by all nodes so far: what crossed the switch."""
