@@ -350,8 +350,8 @@ def launch(
         rdzv_endpoint=endpoint,
         rdzv_configs={
             "join_timeout": nodes.join_timeout if nodes.count > 1 else 60,
-            # Store operations outlast the node watch (a lost head ends in its line, not in torch's); a node
-            # that waits for the head's store at start gives up with --join-timeout when that is shorter.
+            # Store calls outlast the node watch, so a lost head ends in its line, not in torch's; else
+            # torch's 60 s, or --join-timeout when shorter (how long a node waits for the head's store).
             "read_timeout": int(max(nodes.node_timeout + 15, min(nodes.join_timeout, 60))),
             **({} if role.hosts is None else {"is_host": role.hosts}),
         },
