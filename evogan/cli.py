@@ -114,6 +114,22 @@ def overrides_from(
     show_default=True,
     help="Seconds a node waits for the others at the rendezvous.",
 )
+@click.option(
+    "--node-timeout",
+    type=click.FloatRange(min=1),
+    default=45.0,
+    show_default=True,
+    help="With --nnodes > 1: seconds a node may go unheard (link down, agent gone) before every node that "
+    "notices stops the run; shorter outages are waited out.",
+)
+@click.option(
+    "--rdzv-host",
+    type=click.Choice(["auto", "yes", "no"]),
+    default="auto",
+    show_default=True,
+    help="Whether this node hosts the rendezvous store; auto: the node that has the endpoint's address on one "
+    "of its interfaces.",
+)
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
 @click.option(
     "--plain", is_flag=True, help="Plain lines instead of the live view (default when not a terminal)."
@@ -140,6 +156,8 @@ def run(
     rdzv_endpoint: str,
     rdzv_id: str,
     join_timeout: float,
+    node_timeout: float,
+    rdzv_host: str,
     quiet: bool,
     plain: bool,
     download: bool,
@@ -160,7 +178,8 @@ def run(
     pm = plugin_manager(disable, (reporter,))
     overrides = overrides_from(seed, generations, grid, output_dir, workers, sets)
     prepared = prepare(recipe, resume_dir=resume_dir, overrides=overrides, pm=pm, run_dir_path=run_dir_path)
-    nodes = Nodes(nnodes, rdzv_endpoint, rdzv_id, join_timeout)
+    hosts = {"yes": True, "no": False}.get(rdzv_host)
+    nodes = Nodes(nnodes, rdzv_endpoint, rdzv_id, join_timeout, hosts, node_timeout)
     stop = StopFlag(console)
     previous = signal.signal(signal.SIGINT, stop.handle)
     try:

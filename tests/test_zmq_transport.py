@@ -440,3 +440,18 @@ def test_messages_inside_a_generation_are_ordered_by_generation_and_substep(stac
     assert stamp_of(got[0]) == (3, 8)
     # one generation of staleness accepts (2, 8) for (3, 8) at once
     assert stamp_of(b.gather(1, [0], 4, max_staleness=1, timeout=30, substep=8)[0]) == (3, 8)
+
+
+def test_a_reconnected_subscriber_gets_the_model_before_the_latest_too(stack: ExitStack) -> None:
+    # After a cut link, a lockstep neighbour may still wait for the model lost with the dead connection,
+    # published just before the latest one (which needed the neighbour's own model).
+    a, b = mesh(stack, [[0], [1]], {0: [1], 1: [0]})
+    for generation in (2, 3, 4):
+        a.publish(0, message(0, generation))
+    eventually(lambda: b.generations(0) == [2, 3, 4])
+    late = stack.enter_context(ZmqTransport())
+    late.bind([5])
+    late.connect({0: a.endpoints[0]}, {5: [0]}, subscribers={5: []})
+    late.wait_ready(10)
+    assert generation_of(late.gather(5, [0], 3, max_staleness=0, timeout=5)[0]) == 3
+    eventually(lambda: late.generations(0) == [3, 4])

@@ -37,8 +37,10 @@ from evogan.engine.rundir import METRICS_FILE, SUMMARY_FILE, TIMINGS_FILE, RunDi
 from evogan.errors import RunFailure, UserError
 from evogan.plugins import BLOCK_ENV, make_plugin_manager
 from evogan.runtime.environment import LAUNCHER_ENV, RECIPE_ENV
+from evogan.runtime.liveness import NodeWatch
 from evogan.runtime.placement import cells_of, check_devices
 from evogan.runtime.process import STOP_FILE, error_path, pid_path
+from evogan.runtime.rendezvous import GLOO_IFNAME_ENV, Role, decide
 from evogan.runtime.single import PreparedRun
 from evogan.runtime.watchdog import progress_path
 
@@ -133,6 +135,26 @@ class Tail:
 
 # ------------------------------------------------------------------------------------ launching
 @contextlib.contextmanager
+def _stderr_to(path: Path | None) -> Iterator[None]:
+    """File descriptor 2 into ``path`` while the agent runs: torch's C++ store and socket warnings (a
+    client that waits for the head, a store that went away) would break the one-line failure."""
+    if path is None:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.dup2(fd, 2)
+    os.close(fd)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+@contextlib.contextmanager
 def _environment(values: dict[str, str]) -> Iterator[None]:
     saved = {key: os.environ.get(key) for key in values}
     os.environ.update(values)
@@ -176,7 +198,9 @@ def _save_report(run_dir: RunDirectory, error: BaseException) -> Path:
     return report
 
 
-def _agent_failure(run_dir: RunDirectory, world: int, cells: int, error: BaseException, endpoint: str) -> Exception:
+def _agent_failure(
+    run_dir: RunDirectory, world: int, cells: int, error: BaseException, endpoint: str, hint: str
+) -> Exception:
     """One line for whatever ended the elastic agent; torch's own report goes to logs/launcher-error.txt."""
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.elastic.rendezvous.api import RendezvousError
@@ -187,8 +211,7 @@ def _agent_failure(run_dir: RunDirectory, world: int, cells: int, error: BaseExc
     first = (str(error).strip().splitlines() or [""])[0][:200]
     if isinstance(error, RendezvousError):
         return RunFailure(
-            f"rendezvous at {endpoint} failed ({type(error).__name__}: {first}): is the node that hosts it "
-            f"running, and the port open and free? torch's report in {report}"
+            f"rendezvous at {endpoint} failed ({type(error).__name__}: {first}): {hint} torch's report in {report}"
         )
     return RunFailure(f"the elastic agent failed ({type(error).__name__}: {first}); torch's report in {report}")
 
@@ -219,14 +242,27 @@ def _death_line(run_dir: RunDirectory, workers: int, cells: int, cause: BaseExce
     )
 
 
+def _stopped(run_dir: RunDirectory, cells: int) -> str:
+    """What a node that stops for a lost node leaves behind, and how to go on."""
+    try:
+        generation = _start_generation(run_dir, cells)
+    except UserError:
+        return "this node's workers are stopped; no generation has a checkpoint of every cell yet"
+    return (
+        f"this node's workers are stopped; every cell has a checkpoint of generation {generation}: start the "
+        "same command on every node to resume"
+    )
+
+
 def _write_order(run_dir: RunDirectory, order: dict[str, Any]) -> None:
     text = json.dumps(order)
     atomic_write(run_dir.path / STOP_FILE, lambda f: f.write(text), binary=False)
 
 
-def _kill_workers(run_dir: RunDirectory, workers: int) -> None:
-    """SIGKILL our own worker children, by the pids they wrote (checked to be our children)."""
-    for rank in range(workers):
+def _kill_workers(run_dir: RunDirectory, world: int) -> None:
+    """SIGKILL our own worker children, by the pids they wrote (checked to be our children: with several
+    nodes on a shared run directory the other ranks' files name other machines' processes)."""
+    for rank in range(world):
         try:
             pid = int(pid_path(run_dir.path, rank).read_text().strip())
             with open(f"/proc/{pid}/stat", encoding="utf-8") as handle:
@@ -248,6 +284,8 @@ class Nodes:
     endpoint: str = ""
     rdzv_id: str = ""
     join_timeout: float = 600.0
+    host: bool | None = None  # --rdzv-host yes|no; None: host iff the endpoint's address is ours
+    node_timeout: float = 45.0  # a node unheard this long ends the run (evogan.runtime.liveness)
 
 
 def launch(
@@ -268,13 +306,15 @@ def launch(
     recipe, run_dir, pm = prepared.recipe, prepared.run_dir, prepared.pm
     workers = recipe.run.workers  # on this node
     world = workers * nodes.count
-    cells = check_launch(prepared, world)
     if nodes.count > 1:
         if not nodes.endpoint:
             raise UserError("--nnodes > 1 needs --rdzv-endpoint HOST:PORT (the same on every node)")
         endpoint, run_id = nodes.endpoint, nodes.rdzv_id or f"evogan-{run_dir.run_id}"
+        role = decide(endpoint, nodes.host)
     else:
         endpoint, run_id = rendezvous_endpoint(), f"evogan-{uuid.uuid4().hex[:12]}"
+        role = Role(endpoint, "127.0.0.1", int(endpoint.rsplit(":", 1)[1]), None, "one node", None, None)
+    cells = check_launch(prepared, world)
     stale = (
         run_dir.path / STOP_FILE,
         run_dir.path / SUMMARY_FILE,
@@ -308,7 +348,14 @@ def launch(
         role="evogan",
         rdzv_backend="c10d",
         rdzv_endpoint=endpoint,
-        rdzv_configs={"join_timeout": nodes.join_timeout if nodes.count > 1 else 60},
+        rdzv_configs={
+            "join_timeout": nodes.join_timeout if nodes.count > 1 else 60,
+            # Store calls outlast the node watch, so a lost head ends in its line, not in torch's; else
+            # torch's 60 s, or --join-timeout when shorter (how long a node waits for the head's store).
+            "read_timeout": int(max(nodes.node_timeout + 15, min(nodes.join_timeout, 60))),
+            **({} if role.hosts is None else {"is_host": role.hosts}),
+        },
+        local_addr=role.address,  # MASTER_ADDR when this node gets rank 0 (default: the hostname's)
         rdzv_timeout=120,
         max_restarts=recipe.run.max_restarts,
         monitor_interval=0.1,
@@ -334,6 +381,27 @@ def launch(
         RECIPE_ENV: recipe.to_toml(),
         BLOCK_ENV: ",".join(filter(None, [os.environ.get(BLOCK_ENV, ""), *blocked])),
     }
+    if role.interface and not os.environ.get(GLOO_IFNAME_ENV):
+        environment[GLOO_IFNAME_ENV] = role.interface  # gloo's default follows the hostname too
+    watch = None
+    if nodes.count > 1:
+        role.announce(run_dir.path / "logs" / "rendezvous.log", console if not quiet else None)
+        try:
+            watch = NodeWatch(
+                role.host,
+                role.port,
+                run_id,
+                role.address or f"{socket.gethostname()}-{os.getpid()}",
+                nodes=nodes.count,
+                limit=nodes.node_timeout,
+                head=role.hosts,
+                finished=(run_dir.path / SUMMARY_FILE).exists,
+            )
+        except OSError as exc:
+            raise UserError(
+                f"--rdzv-endpoint {endpoint}: this node hosts the rendezvous, but UDP port {role.port} (where the "
+                f"nodes' beats arrive) is taken ({exc.strerror})"
+            ) from None
     tail = Tail(run_dir)
     tail.skip_existing()
     hooks["evogan_run_start"](run=info)
@@ -342,10 +410,17 @@ def launch(
     elastic_log.setLevel(logging.CRITICAL)  # the agent's chatter would break the live view; we report
     stop_sent = False
     try:
-        with _environment(environment):
+        agent_log = run_dir.path / "logs" / f"agent-{role.address or socket.gethostname()}.err"
+        with _environment(environment), _stderr_to(agent_log if nodes.count > 1 else None):
             thread = threading.Thread(target=agent, name="evogan-elastic-agent", daemon=True)
             thread.start()
+            if watch is not None:
+                watch.start()
             while thread.is_alive():
+                if watch is not None and watch.lost():
+                    _kill_workers(run_dir, world)
+                    hooks["evogan_run_end"](run=info, summary={}, interrupted=True)
+                    raise RunFailure(f"{watch.lost()}; {_stopped(run_dir, cells)}")
                 thread.join(poll)
                 for record in tail.poll():
                     hooks["evogan_generation_end"](
@@ -357,17 +432,20 @@ def launch(
                     stop_sent = True
     except KeyboardInterrupt:
         _write_order(run_dir, {"run_id": run_id, "abort": True})
-        _kill_workers(run_dir, workers)
+        _kill_workers(run_dir, world)
         hooks["evogan_run_end"](run=info, summary={}, interrupted=True)
         raise
     finally:
         elastic_log.setLevel(level)
+        if watch is not None:
+            watch.stop()
     for record in tail.poll(final=True):
         hooks["evogan_generation_end"](run=info, cell=record["cell"], generation=record["generation"], record=record)
     error = outcome["error"]
     if error is not None:
         hooks["evogan_run_end"](run=info, summary={}, interrupted=True)
-        raise _agent_failure(run_dir, world, cells, error, endpoint)
+        started = watch is not None and watch.armed
+        raise _agent_failure(run_dir, world, cells, error, endpoint, role.failure_hint(nodes.count, started=started))
     (run_dir.path / STOP_FILE).unlink(missing_ok=True)
     try:
         summary = json.loads((run_dir.path / SUMMARY_FILE).read_text(encoding="utf-8"))

@@ -35,6 +35,9 @@ TOPIC_LENGTH = TOPIC_WIDTH + 3  # "c" + digits + "." + kind
 MAX_HEARTBEAT_BYTES = 4096
 RETRY_MS = 5  # how often a message waiting for a full subscriber pipe is retried
 DRAIN_BATCH = 64  # messages read from one socket before the loop looks at the others
+# Models resent to a new subscription: after a cut link a lockstep neighbour may still need the model
+# before our latest (the one lost with the dead connection; we published the latest after receiving its).
+RESEND = 2
 
 SUB_EVENTS = (
     zmq.EVENT_DISCONNECTED
@@ -152,7 +155,8 @@ class IOThread(threading.Thread):
         self.heartbeat_state = heartbeat_state
         self.send_grace = send_grace
         self._pending: dict[int, tuple[list[Any], float]] = {}
-        self._latest: dict[int, list[Any]] = {}  # last model sent per cell: a late subscriber gets it at once
+        # the last RESEND models sent per cell: a late or reconnected subscriber gets them at once
+        self._recent: dict[int, deque[list[Any]]] = {}
         self.monitors: list[tuple[zmq.Socket[bytes], zmq.Socket[bytes]]] = []
         for sock in self.subscribers:
             self.monitors.append((sock, sock.get_monitor_socket(SUB_EVENTS)))
@@ -241,6 +245,10 @@ class IOThread(threading.Thread):
         if not self._try_send(cell, frames):
             self._pending[cell] = (frames, time.monotonic())
 
+    def _resend(self, cell: int, frames: list[Any]) -> None:
+        if not self._try_send(cell, frames):
+            self._pending[cell] = (frames, time.monotonic())  # a newer publication supersedes it
+
     def _retry_pending(self) -> None:
         """A full pipe is usually a burst or a big message still on the wire: retry for ``send_grace``
         seconds, then send lossy so that only the slow subscriber misses it (a frozen neighbour must not
@@ -267,7 +275,9 @@ class IOThread(threading.Thread):
             if lossy:
                 sock.setsockopt(zmq.XPUB_NODROP, 1)
         if frames[0][TOPIC_LENGTH - 1 : TOPIC_LENGTH] == MODEL_KIND:
-            self._latest[cell] = frames
+            recent = self._recent.setdefault(cell, deque(maxlen=RESEND))
+            if not any(frames is held for held in recent):  # a resend is not news
+                recent.append(frames)
             self.inbox.count("", sent=1, sent_bytes=sum(len(frame) for frame in frames))
         return True
 
@@ -291,10 +301,11 @@ class IOThread(threading.Thread):
             if frame.startswith(mark) and len(tail) == TOPIC_WIDTH and tail.isdigit():
                 self.inbox.subscribed(cell, int(tail))
                 self._heartbeat(cell)  # a welcome: the new subscriber hears from us at once
-                # Last-value cache: a subscriber that joins (or reconnects) late gets our latest model now,
-                # not after our next generation; the others hold it already and keep it idempotently.
-                if cell in self._latest and cell not in self._pending:
-                    self._publish(cell, self._latest[cell])
+                # Last-value cache: a subscriber that joins (or reconnects) late gets our recent models now,
+                # not after our next generation; the others hold them already and keep them idempotently.
+                if cell not in self._pending:
+                    for frames in list(self._recent.get(cell, ())):
+                        self._resend(cell, frames)
 
     def _read_monitor(self, monitor: zmq.Socket[bytes]) -> None:
         for _ in range(DRAIN_BATCH):
