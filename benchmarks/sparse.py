@@ -50,6 +50,13 @@ VARIANTS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     # the band calibrated on this pair, each lowering checked against BR (verify)
     "adapt-relax-auto": ("adapt-relax", ('band="auto"', 'verify="shrink"'), ()),
     "adapt-strict-auto": ("adapt-strict", ('band="auto"', 'verify="shrink"'), ()),
+    # the D controller alone (the paper's DDA): G keeps its initial mask
+    "adapt-relax-auto-gstatic": ("adapt-relax", ('band="auto"', 'verify="shrink"', 'g_mask="static"'), ()),
+    # probes: G's prune-and-grow gentler, the generator average, D denser
+    "rigl-df01": ("rigl", ("drop_fraction=0.1",), ()),
+    "rigl-sema": ("rigl", ("sema=0.999",), ()),
+    "static-sema": ("static", ("sema=0.999",), ()),
+    "static-d50": ("static", ("density_d=0.5",), ()),
     # ablations: what lets the masked pair train
     "dense-nosn": ("dense", (), (NO_SN,)),
     "static-nosn": ("static", (), (NO_SN,)),
@@ -75,6 +82,8 @@ def sparsity_table(variant: str, density: float, steps: int) -> str:
         fields += [f"d_interval={2 * d_interval if use == 'adapt-strict' else d_interval}"]
         if 'band="auto"' in extra:
             fields += [f"band_warmup={2 * d_interval}"]  # two relax intervals at d_D = d_G
+    if any(field.startswith("density_d=") for field in extra):  # the variant's own D density wins
+        fields.remove(f"density_d={density}")
     return "{" + ", ".join(fields + list(extra)) + "}"
 
 
