@@ -25,7 +25,6 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import mean_sd
+from _common import append_log, git_commit, mean_sd
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "recipes" / "demo.toml"
@@ -91,14 +90,6 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def commit() -> str:
-    """The checkout's short commit, ``-dirty`` when tracked files differ from it."""
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-
-    return git("rev-parse", "--short", "HEAD") + ("-dirty" if git("status", "--porcelain", "-uno") else "")
-
-
 def one_run(variant: str, density: float, seed: int, args: argparse.Namespace, out: Path) -> dict[str, Any]:
     from evogan.runtime.single import prepare, run_in_process
 
@@ -122,6 +113,7 @@ def one_run(variant: str, density: float, seed: int, args: argparse.Namespace, o
         *VARIANTS[variant][2],
     ]
     load = os.getloadavg()[0]
+    commit, dirty = git_commit()
     prepared = prepare(RECIPE, overrides=overrides)
     started = time.perf_counter()
     summary = run_in_process(prepared)
@@ -158,7 +150,7 @@ def one_run(variant: str, density: float, seed: int, args: argparse.Namespace, o
         "density_d": d_path,
         "hidden": args.hidden,
         "overrides": overrides,
-        "commit": commit(),
+        "commit": commit + ("-dirty" if dirty else ""),
         "load_1min": [load, os.getloadavg()[0]],
     }
 
@@ -280,8 +272,7 @@ def main() -> None:
                     flush=True,
                 )
                 if args.json:
-                    with args.json.open("a") as stream:
-                        stream.write(json.dumps(result) + "\n")
+                    append_log(args.json, result)
     print()
     print(report(results, args.every))
 
