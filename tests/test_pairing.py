@@ -56,7 +56,8 @@ VARIED_CASES = {
     "in_place": ["population.selection=false", "population.size=2"],
 }
 PAIRINGS = ("reference", "own_pair", "g_neighbourhood", "g_mixture")
-PAPER_RECIPES = ("mnist.toml", "mnist-adapt.toml", "cifar10.toml", "cifar10-sngan.toml", "celeba.toml")
+# mnist-adapt.toml is not one: it runs the sparse benchmark's settings (the demo's pairing among them)
+PAPER_RECIPES = ("mnist.toml", "cifar10.toml", "cifar10-sngan.toml", "celeba.toml")
 
 _attach_commands()
 
