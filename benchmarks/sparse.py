@@ -161,12 +161,13 @@ def fmt(value: float | None, digits: int = 3) -> str:
 
 def report(results: list[dict[str, Any]], every: int) -> str:
     """Mean ± sd over seeds per (variant, d_G); then each run's BR / d_D path."""
-    groups: dict[tuple[float, str], list[dict[str, Any]]] = {}
+    by_seed: dict[tuple[float, str], dict[int, dict[str, Any]]] = {}
     order = list(VARIANTS)
-    for r in results:
+    for r in results:  # a run repeated (same variant, density, grid and seed) counts once: the last one
         grid = r.get("grid", 1)
         name = r["variant"] if grid == 1 else f"{r['variant']} {grid}x{grid}"
-        groups.setdefault((r["density_g"], name), []).append(r)
+        by_seed.setdefault((r["density_g"], name), {})[r["seed"]] = r
+    groups = {key: list(runs.values()) for key, runs in by_seed.items()}
     order += [f"{v} {g}x{g}" for g in range(2, 5) for v in VARIANTS]
     lines = [
         "| method | d_G | seeds | FID | FID, last 10 gens | TVD | classes | FLOPs % of dense | BR cost % | final d_D "
