@@ -9,10 +9,14 @@ calls it only for names the module does not define, so current names cost nothin
 
 from __future__ import annotations
 
+import functools
+import inspect
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from evogan.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -63,4 +67,61 @@ def module_getattr(module: str, namespace: Mapping[str, Any]) -> Callable[[str],
     return __getattr__
 
 
-__all__ = ["DEPRECATIONS", "Deprecation", "module_getattr", "warn"]
+# kind -> method -> keywords the engine has passed since 0.2.0 that 0.1's documentation did not have. A
+# plugin method written for 0.1 (without them, and without **kwargs) is adapted when it registers.
+NEW_KEYWORDS: dict[str, dict[str, tuple[str, ...]]] = {
+    "problem": {
+        "fitness": ("score", "memo"),
+        "training_batches": ("cell",),
+        "fitness_batch": ("cell",),
+        "train_discriminator_at": ("cell", "generation"),
+    },
+    "loss": {"generator_loss": ("generator",)},
+    "transport": {"gather": ("substep",)},
+}
+# a keyword dropped only while it has this value: any other asks for what a 0.1 method cannot do
+_ONLY_AT_DEFAULT = {"substep": 0}  # exchange.every_batches: messages from inside a generation
+
+
+def adapt_signatures(component: type, kind: str) -> list[str]:
+    """Adapt each method of ``component`` that lacks keywords the engine now passes (see
+    :data:`NEW_KEYWORDS`) to drop them, with one ``DeprecationWarning`` per method; the names adapted."""
+    adapted = []
+    for method, keywords in NEW_KEYWORDS.get(kind, {}).items():
+        function = getattr(component, method, None)
+        if function is None or getattr(function, "__module__", "").startswith("evogan."):
+            continue  # evogan's own base classes and built-ins take every keyword
+        if not getattr(function, "__evogan_adapted__", False):
+            parameters = inspect.signature(function).parameters
+            if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+                continue
+            missing = tuple(k for k in keywords if k not in parameters)
+            if not missing:
+                continue
+            setattr(component, method, _dropping(function, missing, f"{component.__qualname__}.{method}"))
+        dropped = getattr(component, method).__evogan_adapted__
+        warnings.warn(
+            f"{component.__module__}.{component.__qualname__}.{method} does not accept "
+            f"{', '.join(dropped)} (passed since evogan 0.2.0): evogan drops them for it; accept them "
+            "(or **kwargs) before 0.3.0",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        adapted.append(method)
+    return adapted
+
+
+def _dropping(function: Callable[..., Any], missing: tuple[str, ...], name: str) -> Callable[..., Any]:
+    @functools.wraps(function)
+    def adapted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        for keyword in missing:
+            value = kwargs.pop(keyword, None)
+            if keyword in _ONLY_AT_DEFAULT and value not in (None, _ONLY_AT_DEFAULT[keyword]):
+                raise UserError(f"{name} was written for evogan 0.1 and cannot take {keyword}={value!r}")
+        return function(self, *args, **kwargs)
+
+    adapted.__evogan_adapted__ = missing  # type: ignore[attr-defined]
+    return adapted
+
+
+__all__ = ["DEPRECATIONS", "NEW_KEYWORDS", "Deprecation", "adapt_signatures", "module_getattr", "warn"]

@@ -9,6 +9,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from evogan.api import KINDS
+from evogan.deprecated import adapt_signatures
 from evogan.errors import ComponentConflictError, UserError
 from evogan.plugins import PluginManager, first_line
 
@@ -65,6 +66,7 @@ class Registry:
                 f"plugin {plugin!r} registered {self.kind} {name!r} without {', '.join(missing)} "
                 f"(what every {self.kind} must implement)"
             )
+        adapt_signatures(component, self.kind)  # a 0.1 plugin's methods keep working, with a warning
         self.entries[name] = Entry(name, component, plugin)
 
     def default(self) -> type[Component[Any]] | None:

@@ -509,3 +509,62 @@ def test_installed_frozen_plugin_runs_in_worker_processes(third_party: dict[str,
         log = (run_dir / "logs" / f"worker-{rank:04d}.out").read_text()
         assert DEPRECATED_OPTIONS in log
         assert sorted(re.findall(rf"^worker rank {rank}: warning: plugin (\S+) ", log, flags=re.M)) == sorted(BROKEN)
+
+
+# ------------------------------------------------- methods written for 0.1, before the engine's new keywords
+class LossFor01(evogan.api.Loss[evogan.api.ComponentOptions]):
+    """BCE as a 0.1 plugin wrote it: ``generator_loss`` without the ``generator`` keyword."""
+
+    name = "loss_for_0_1"
+    calls = 0
+
+    def generator_loss(self, fake_logits: Any) -> Any:
+        import torch.nn.functional as F
+
+        LossFor01.calls += 1
+        return F.binary_cross_entropy_with_logits(fake_logits, fake_logits.new_ones(fake_logits.shape))
+
+    def discriminator_loss(self, real_logits: Any, fake_logits: Any) -> Any:
+        import torch.nn.functional as F
+
+        real = F.binary_cross_entropy_with_logits(real_logits, real_logits.new_ones(real_logits.shape))
+        return real + F.binary_cross_entropy_with_logits(fake_logits, fake_logits.new_zeros(fake_logits.shape))
+
+
+class RegistersLossFor01:
+    @hookimpl
+    def evogan_register_losses(self, register: Any) -> None:
+        register(LossFor01)
+
+
+ADAPTED = r"LossFor01\.generator_loss does not accept generator \(passed since evogan 0\.2\.0\)"
+
+
+def test_a_0_1_loss_without_the_new_keyword_is_adapted_with_a_warning_and_trains(tiny_recipe) -> None:
+    with pytest.warns(DeprecationWarning, match=ADAPTED):
+        registries = Registries.from_plugin_manager(make_plugin_manager(extra=[RegistersLossFor01()]))
+    assert registries["loss"].get("loss_for_0_1") is LossFor01
+    LossFor01.calls = 0
+    with pytest.warns(DeprecationWarning, match=ADAPTED):  # every registration says so
+        run_tiny(tiny_recipe(generations=1), RegistersLossFor01(), overrides=['problem.loss={use="loss_for_0_1"}'])
+    assert LossFor01.calls > 0, "the recipe's loss is the 0.1 plugin's, called with the keyword dropped"
+
+
+def test_an_adapted_method_refuses_what_0_1_could_not_do() -> None:
+    from evogan.deprecated import adapt_signatures
+
+    class TransportFor01:
+        def gather(self, cell: int, peers: Any, generation: int, *, max_staleness: int, timeout: float) -> Any:
+            return {"cell": cell, "generation": generation}
+
+    class TakesEverything:
+        def gather(self, cell: int, peers: Any, generation: int, **options: Any) -> Any:
+            return options
+
+    with pytest.warns(DeprecationWarning, match=r"TransportFor01\.gather does not accept substep"):
+        assert adapt_signatures(TransportFor01, "transport") == ["gather"]
+    transport = TransportFor01()
+    assert transport.gather(1, [0], 3, max_staleness=0, timeout=1.0, substep=0) == {"cell": 1, "generation": 3}
+    with pytest.raises(UserError, match=r"TransportFor01\.gather was written for evogan 0\.1 .* substep=5"):
+        transport.gather(1, [0], 3, max_staleness=0, timeout=1.0, substep=5)  # exchange.every_batches
+    assert adapt_signatures(TakesEverything, "transport") == []  # **options takes the new keywords
