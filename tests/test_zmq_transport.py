@@ -42,7 +42,8 @@ def generation_of(frames: list[Any]) -> int:
     return int(json.loads(bytes(frames[1]))["generation"])
 
 
-def eventually(check: Callable[[], bool], timeout: float = 5.0) -> None:
+def eventually(check: Callable[[], bool], timeout: float = 30.0) -> None:
+    # a wait for delivery, not a speed claim: generous, since a loaded 2-core machine can stall the I/O thread
     deadline = time.monotonic() + timeout
     while not check():
         if time.monotonic() > deadline:
