@@ -417,10 +417,11 @@ def launch(
             if watch is not None:
                 watch.start()
             while thread.is_alive():
-                if watch is not None and watch.lost():
+                lost = watch.lost() if watch is not None else None
+                if lost:
                     _kill_workers(run_dir, world)
                     hooks["evogan_run_end"](run=info, summary={}, interrupted=True)
-                    raise RunFailure(f"{watch.lost()}; {_stopped(run_dir, cells)}")
+                    raise RunFailure(f"{lost}; {_stopped(run_dir, cells)}")
                 thread.join(poll)
                 for record in tail.poll():
                     hooks["evogan_generation_end"](

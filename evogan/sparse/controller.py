@@ -285,7 +285,13 @@ class MaskedController(SparsityController[StaticOptions]):
         undo = self._verify_last_move(state, br, lower, upper)
         low, high = _density_bounds(o, state)
         state["last_move"] = None
-        rng = _event_rng(ds)
+        # how every D mask update of this decision grows and restarts weights
+        update: dict[str, Any] = {
+            "growth": o.d_growth,
+            "generator": _event_rng(ds),
+            "optimizer": discriminator.optimizer,
+            "moments": o.grown_moments,
+        }
         # The last move did not act on BR: back to the density it started from (the mask is resized by the
         # growth rule, not restored), and no new move at this decision.
         if undo is not None:
@@ -302,31 +308,14 @@ class MaskedController(SparsityController[StaticOptions]):
             # 1 / (d_skip + 1)) times as fast, and the paper's D schedule spans the whole run.
             progress = int(state["clock"])
             fraction = dst.cosine_fraction(progress, o.total_steps, o.d_drop_fraction, o.drop_fraction_end)
-            new, _ = dst.prune_and_grow(
-                params,
-                masks,
-                fraction,
-                growth=o.d_growth,
-                generator=rng,
-                optimizer=discriminator.optimizer,
-                moments=o.grown_moments,
-            )
+            new, _ = dst.prune_and_grow(params, masks, fraction, **update)
             _set_masks(discriminator, new)
             return
         else:
             return
         ds["density"] = density
         target = round(density * _masks.total_count(masks))
-        new = dst.resize(
-            params,
-            masks,
-            target,
-            growth=o.d_growth,
-            generator=rng,
-            optimizer=discriminator.optimizer,
-            moments=o.grown_moments,
-        )
-        _set_masks(discriminator, new)
+        _set_masks(discriminator, dst.resize(params, masks, target, **update))
 
     def _verify_last_move(self, state: dict[str, Any], br: float, lower: float, upper: float) -> float | None:
         """``verify``: the density to return to when the last move did not act on BR, else None. A

@@ -70,7 +70,7 @@ class DstOptions(StaticOptions):
         "layer",
         description="A regrown weight's Adam second moment: 'layer', the mean of its layer's active weights, "
         "so its first steps are its neighbours' size; 'zero': zero, whence (bias correction being per "
-        "tensor) its first steps are 7-30x larger for hundreds of steps at beta2 0.999.",
+        "tensor) its first step is (1 - beta1) / sqrt(1 - beta2) learning rates, 16 at betas (0.5, 0.999).",
     )
     drop_fraction: float = Field(
         0.5, gt=0, le=1, description="Fraction of active G weights replaced at step 0."
