@@ -668,6 +668,8 @@ def test_registration_names() -> None:
         (builtin.AdaptRelax, {"br_lower": 0.6, "br_upper": 0.6}, "br_lower"),
         (builtin.AdaptRelax, {"br_lower": 0.7}, "br_upper"),
         (builtin.AdaptRelax, {"g_mask": "frozen"}, "g_mask"),
+        (builtin.Static, {"init": "xavier"}, "init"),
+        (builtin.RigL, {"grown_moments": "adam"}, "grown_moments"),
         (builtin.AdaptStrict, {"density_d": 0.8}, "density_max"),
         (builtin.AdaptRelax, {"br_freq": 20, "da_iters": 10}, "da_iters"),
     ],
