@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from torch import nn
 
     from evogan.registry import Registries
+    from evogan.rng import CellRandom
 
 
 class ComponentOptions(BaseModel):
@@ -323,19 +324,60 @@ class Sampler:
     inputs: list[dict[str, Any]]
 
 
-class Problem(Component[OptionsT]):
-    """A two-population coevolution problem: builds the networks, supplies data, losses and metrics.
+@dataclass
+class Variation:
+    """One cell's variation phase of one generation: whom the problem varies, from whom, with what.
 
-    All randomness comes from the ``generator`` argument (a ``torch.Generator``) the engine passes in.
-    Fitness values are losses: lower is better.
+    :param members: per role, the individuals to vary in place (offspring when selection is on, else the
+        cell's own population).
+    :param pool: per role, the cell's neighbourhood (its own and the neighbours' copies): mates, never
+        changed.
+    :param opponents: per role, whom its members may face (a pairing draws from these).
+    :param incumbents: per role, the cell's own population when ``members`` are offspring of it
+        (selection on); empty when they are that population.
+    :param rnd: the cell's random streams for this generation; draw every random number from them.
+    :param exchange_point: call with the number of batches done at each point where a run may exchange
+        models inside a generation (``exchange.every_batches``); it draws no random numbers.
+    :param seconds: the time the phase took, set by whoever ran it (a share, when cells vary together).
+    """
+
+    cell_index: int
+    generation: int
+    members: Mapping[Role, list[Individual]]
+    pool: Mapping[Role, Sequence[Individual]]
+    opponents: Mapping[Role, Opponents]
+    incumbents: Mapping[Role, Sequence[Individual]]
+    rnd: CellRandom
+    mutation: Mutation[Any]
+    pairing: Pairing[Any]
+    sparsity: SparsityController[Any] | None
+    exchange_point: Callable[[int], None]
+    seconds: float = 0.0
+
+
+class Problem(Component[OptionsT]):
+    """A two-population coevolution problem: its roles, individuals, variation, games and scores.
+
+    ``roles`` names the two populations; the first is the one scored (its ensemble is the run's result).
+    ``role_keys`` name them in records (``g_loss``, ``neighbourhood_g``...). Individuals are modules: a
+    network, or a genome held in buffers of fixed shape per role (the engine checkpoints, copies and sends
+    their ``state_dict``). All randomness comes from the streams the engine passes in. Fitness values are
+    losses: lower is better. GANs implement the richer :class:`evogan.adversarial.AdversarialProblem`.
     """
 
     kind: ClassVar[str] = "problem"
     hook: ClassVar[str] = "evogan_register_problems"
+    roles: ClassVar[tuple[Role, Role]]
+    role_keys: ClassVar[tuple[str, str] | None] = None
 
     def __init__(self, options: OptionsT, context: ProblemContext) -> None:
         super().__init__(options)
         self.context = context
+
+    @classmethod
+    def keys(cls) -> tuple[str, str]:
+        """The roles' names in records: ``role_keys``, or the roles themselves."""
+        return cls.role_keys or cls.roles
 
     def setup(self) -> None:
         """Load data and check that the chosen pieces fit; raise ``UserError`` on bad input."""
@@ -345,108 +387,69 @@ class Problem(Component[OptionsT]):
         a run trains or ``evogan evaluate`` scores, not when a run is loaded only to sample or export.
         Nothing by default."""
 
-    @property
-    @abc.abstractmethod
-    def learning_rate(self) -> float:
-        raise NotImplementedError
+    def hyper(self, role: Role) -> dict[str, float]:
+        """A new individual's hyper-parameters (a gradient-trained one's ``lr``); none by default."""
+        return {}
 
     @abc.abstractmethod
     def create(self, role: Role, *, generator: torch.Generator) -> nn.Module:
+        """A new individual of ``role`` (its network, or its genome in buffers)."""
         raise NotImplementedError
 
-    @abc.abstractmethod
-    def make_optimizer(self, role: Role, network: nn.Module, learning_rate: float) -> torch.optim.Optimizer:
-        raise NotImplementedError
+    def make_optimizer(self, role: Role, network: nn.Module, learning_rate: float) -> torch.optim.Optimizer | None:
+        """The optimizer of a gradient-trained individual; None (the default) for one varied without."""
+        return None
 
-    @abc.abstractmethod
-    def training_batches(self, *, generator: torch.Generator, cell: int = 0) -> Iterator[torch.Tensor]:
-        """One generation's real batches for ``cell`` (a problem may give each cell its own share of
-        the data: Lipizzaner's data dieting)."""
-        raise NotImplementedError
-
-    def train_discriminator_at(self, step: int, *, cell: int = 0, generation: int = 1) -> bool:
-        """Whether the discriminators train at batch ``step`` of ``cell``'s ``generation`` (counted from
-        1; Lipizzaner's D skip)."""
-        return True
-
-    def train_generator_at(self, step: int, *, cell: int = 0, generation: int = 1) -> bool:
-        """Whether the generators train at batch ``step`` of ``cell``'s ``generation`` (``n_critic`` D
-        steps per G step, as SNGAN; a schedule over the whole run, as WGAN's, needs the generation)."""
-        return True
-
-    @abc.abstractmethod
-    def fitness_batch(self, *, generator: torch.Generator, cell: int = 0) -> torch.Tensor:
-        """The real samples one generation's fitness evaluations of ``cell`` share."""
-        raise NotImplementedError
+    def fitness_batch(self, *, generator: torch.Generator, cell: int = 0) -> Any:
+        """What one generation's fitness games of ``cell`` share (a GAN's real samples); None by default."""
+        return None
 
     @abc.abstractmethod
     def fitness(
         self,
-        generators: Sequence[nn.Module],
-        discriminators: Sequence[nn.Module],
-        real: torch.Tensor,
+        first: Sequence[nn.Module],
+        second: Sequence[nn.Module],
+        data: Any,
         *,
         generator: torch.Generator,
         score: Sequence[Role] = ROLES,
         memo: dict[nn.Module, Any] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """All-vs-all losses: ``(g_loss[len(G), len(D)], d_loss[len(D), len(G)])``.
+        """All-vs-all losses of the two roles: ``(first_loss[len(first), len(second)],
+        second_loss[len(second), len(first)])``, ``data`` from :meth:`fitness_batch`.
 
         Only the roles in ``score`` need values (the other matrix may hold anything). ``memo`` lets one
-        generation's evaluations on the same ``real`` batch share work: the problem may store outputs
-        that depend on one network and ``real`` only (a discriminator's logits on it), keyed by that
-        network; the engine removes every network that changes (trained, or replaced by a neighbour's
-        newer model), so what is found is exactly what would be computed again."""
+        generation's games on the same ``data`` share work: the problem may store outputs that depend on
+        one network and ``data`` only, keyed by that network; the engine removes every network that
+        changes, so what is found is exactly what would be computed again."""
         raise NotImplementedError
 
-    @abc.abstractmethod
-    def generator_step(
-        self,
-        attacker: Individual,
-        defender: nn.Module | Sequence[tuple[nn.Module, float]],
-        real: torch.Tensor,
-        *,
-        generator: torch.Generator,
-    ) -> GeneratorStep:
-        """One optimizer step of ``attacker`` against one discriminator, or against several: then the
-        loss is the weighted sum over ``(network, weight)`` pairs on the same batch and noise, and
-        ``fake_logits_pre`` comes from the first pair's network."""
-        raise NotImplementedError
-
-    @abc.abstractmethod
-    def discriminator_step(
-        self, attacker: Individual, defender: nn.Module, real: torch.Tensor, *, generator: torch.Generator
-    ) -> None:
-        raise NotImplementedError
-
-    def stacked_training(
-        self, generators: Sequence[Individual], discriminators: Sequence[Individual], *, hooks: bool = False
-    ) -> StackedTraining | str:
-        """These individuals' training as one batched computation, or a one-line reason why it cannot
-        be (then each individual trains on its own, through the steps above). ``hooks``: a sparsity
-        controller acts on each individual after every step (see :class:`StackedTraining`)."""
-        return f"problem {self.name} trains one individual at a time"
-
-    def stacked_fitness(
-        self, generators: Sequence[nn.Module], discriminators: Sequence[nn.Module]
-    ) -> StackedFitness | str:
+    def stacked_fitness(self, first: Sequence[nn.Module], second: Sequence[nn.Module]) -> StackedFitness | str:
         """All-vs-all fitness of these networks as one batched computation, or a one-line reason why it
-        cannot be (then :meth:`fitness` scores them). Deciding draws no random numbers: a decline leaves
-        the streams as :meth:`fitness` expects them."""
+        cannot be (then :meth:`fitness` scores them). Deciding draws no random numbers."""
         return f"problem {self.name} scores fitness pair by pair"
 
     @abc.abstractmethod
-    def discriminator_logits(
-        self, discriminator: nn.Module, generator_net: nn.Module, z: torch.Tensor, real: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """No-grad ``(D(G(z)), D(real))`` logits; used by the balance ratio."""
+    def vary(self, job: Variation) -> None:
+        """Vary ``job.members`` in place for one generation: gradient training for a GAN, recombination
+        and mutation for a genetic problem."""
         raise NotImplementedError
+
+    def together_obstacle(self, populations: Sequence[Mapping[Role, Sequence[Individual]]], *, hooks: bool) -> str:
+        """Why these cells' variation cannot run as one batched computation ('' when it can); ``hooks``:
+        a sparsity controller acts after every step. Deciding changes nothing."""
+        return f"problem {self.name} varies one cell at a time"
+
+    def vary_together(self, jobs: Sequence[Variation]) -> str:
+        """Vary several cells' jobs as one batched computation, each as :meth:`vary` would (within float
+        tolerance); '' when done, else the reason (nothing varied: the engine varies them one by one)."""
+        return self.together_obstacle([job.members for job in jobs], hooks=jobs[0].sparsity is not None)
 
     @abc.abstractmethod
     def evaluate(
-        self, generators: Sequence[nn.Module], weights: Sequence[float], *, generator: torch.Generator
+        self, networks: Sequence[nn.Module], weights: Sequence[float], *, generator: torch.Generator
     ) -> dict[str, float]:
-        """The problem's metrics for a weighted ensemble of generators (one network: weights ``[1.0]``)."""
+        """The problem's metrics for a weighted ensemble of the first role (one network: weights ``[1.0]``)."""
         raise NotImplementedError
 
     def evaluate_on(
@@ -474,17 +477,16 @@ class Problem(Component[OptionsT]):
         """A function scoring weight vectors of one ensemble on common random numbers: every call sees
         the same noise, so candidates differ only in their weights (the mixture optimisation after
         training, which chooses with it: it scores as the ``validation`` stream does, its seeds drawn from
-        that stream). ``seeds`` has one seed per generator; ``samples`` is the sample size (0: the
+        that stream). ``seeds`` has one seed per member; ``samples`` is the sample size (0: the
         problem's choice). The default calls :meth:`evaluate` with a generator seeded from ``seeds[0]``
-        and the problem's own sample size; a problem may draw each generator's samples once (faster,
-        and the same generator then gives the same samples in every ensemble)."""
+        and the problem's own sample size; a problem may draw each member's samples once (faster, and
+        the same member then gives the same samples in every ensemble)."""
         import torch
 
         def score(weights: Sequence[float]) -> dict[str, float]:
             return self.evaluate(generators, weights, generator=torch.Generator().manual_seed(seeds[0]))
 
         return score
-
 
     # The three below serve ``evogan.load(...).sample()`` and ``evogan export``; a problem that leaves
     # them out can still train, evaluate and draw pictures.
@@ -789,4 +791,5 @@ __all__ = [
     "Topology",
     "Transport",
     "TransportStats",
+    "Variation",
 ]

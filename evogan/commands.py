@@ -47,7 +47,8 @@ def evaluate(
 
     trained = load(run_dir, device=device, disable=disable)
     scores = trained.scores()
-    result = {"run": str(run_dir), **reported(scores), "cells": scores, **trained.problem.describe()}
+    alone = trained.problem.roles[0]
+    result = {"run": str(run_dir), **reported(scores, alone), "cells": scores, **trained.problem.describe()}
     best = str(result["best_cell"])
     if optimized:
         problem, seed = trained.problem, trained.recipe.run.seed
@@ -68,7 +69,8 @@ def evaluate(
         return
     keys = list(next(iter(scores.values()))["mixture"])
     table = Table(box=None, header_style="bold", title="test stream; the best mixture is chosen on validation")
-    columns = ["cell", "generation", "val. score", *[f"G {k}" for k in keys], *[f"mixture {k}" for k in keys]]
+    label = alone if len(trained.problem.keys()[0]) > 1 else trained.problem.keys()[0].upper()
+    columns = ["cell", "generation", "val. score", *[f"{label} {k}" for k in keys], *[f"mixture {k}" for k in keys]]
     for column in columns:
         table.add_column(column, justify="right")
     for cell, score in scores.items():
@@ -77,7 +79,7 @@ def evaluate(
             cell,
             str(score["generation"]),
             f"{score['validation']['mixture_score']:.4g}",
-            *[f"{score['generator'][k]:.4g}" for k in keys],
+            *[f"{score[alone][k]:.4g}" for k in keys],
             *[f"{score['mixture'][k]:.4g}" for k in keys],
             style=style,
         )

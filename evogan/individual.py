@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from deap import base
 
@@ -17,7 +17,9 @@ if TYPE_CHECKING:  # only in annotations: `import evogan` must not import torch 
     import torch
     from torch import nn
 
-Role = Literal["generator", "discriminator"]
+#: A population's name, declared by the problem (:attr:`evogan.api.Problem.roles`): ``host`` and
+#: ``parasite`` for sorting networks; a GAN's are :data:`ROLES`.
+Role = str
 ROLES: tuple[Role, Role] = ("generator", "discriminator")
 
 
@@ -31,20 +33,22 @@ class LossFitness(base.Fitness):
         return self.values[0] if self.valid else float("inf")
 
 
-OptimizerFactory = Callable[[Role, "nn.Module", float], "torch.optim.Optimizer"]
+OptimizerFactory = Callable[[Role, "nn.Module", float], "torch.optim.Optimizer | None"]
 
 
 @dataclass(eq=False)
 class Individual:
-    """A generator or discriminator: network, optimizer, hyper-parameters, fitness and sparse state.
+    """A member of one role's population: network, optimizer, hyper-parameters, fitness and sparse state.
 
+    :param network: the individual's genome as a module: a GAN's network, or tensors in its buffers.
+    :param optimizer: None for a problem that varies its individuals without gradients.
     :param origin: the cell the individual was created or last trained in.
     :param sparse: masks and sparsity-controller state; copied together with the weights.
     """
 
     role: Role
     network: nn.Module
-    optimizer: torch.optim.Optimizer
+    optimizer: torch.optim.Optimizer | None
     hyper: dict[str, float]
     origin: int
     uid: str
@@ -55,10 +59,18 @@ class Individual:
     def learning_rate(self) -> float:
         return self.hyper["lr"]
 
+    @property
+    def trainer(self) -> torch.optim.Optimizer:
+        """The optimizer of an individual trained by gradient (every GAN individual has one)."""
+        if self.optimizer is None:
+            raise RuntimeError(f"individual {self.uid} ({self.role}) has no optimizer")
+        return self.optimizer
+
     def set_hyper(self, hyper: dict[str, float]) -> None:
         self.hyper = hyper
-        for group in self.optimizer.param_groups:
-            group["lr"] = hyper["lr"]
+        if self.optimizer is not None:
+            for group in self.optimizer.param_groups:
+                group["lr"] = hyper["lr"]
 
     def clone(self, make_optimizer: OptimizerFactory, *, keep_optimizer_state: bool = True) -> Individual:
         """A deep copy: weights, optimizer state, hyper-parameters and sparse state travel together.
@@ -66,8 +78,8 @@ class Individual:
         Fitness is reset, as the copy will be re-evaluated.
         """
         network = copy.deepcopy(self.network)
-        optimizer = make_optimizer(self.role, network, self.hyper["lr"])
-        if keep_optimizer_state:
+        optimizer = None if self.optimizer is None else make_optimizer(self.role, network, self.hyper["lr"])
+        if keep_optimizer_state and optimizer is not None and self.optimizer is not None:
             # load_state_dict keeps the tensors it is given: without the copy the clone and its parent
             # would share (and both advance) one set of Adam moments and step counts.
             optimizer.load_state_dict(copy.deepcopy(self.optimizer.state_dict()))
@@ -92,7 +104,7 @@ class Individual:
             "hyper": dict(self.hyper),
             "fitness": list(self.fitness.values) if self.fitness.valid else [],
             "network": self.network.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
+            "optimizer": None if self.optimizer is None else self.optimizer.state_dict(),
             "sparse": self.sparse,
         }
 
@@ -101,8 +113,11 @@ class Individual:
         cls, state: dict[str, Any], network: nn.Module, make_optimizer: OptimizerFactory
     ) -> Individual:
         network.load_state_dict(state["network"])
-        optimizer = make_optimizer(state["role"], network, state["hyper"]["lr"])
-        optimizer.load_state_dict(state["optimizer"])
+        optimizer = None
+        if state["optimizer"] is not None:
+            optimizer = make_optimizer(state["role"], network, state["hyper"]["lr"])
+            if optimizer is not None:
+                optimizer.load_state_dict(state["optimizer"])
         individual = cls(
             role=state["role"],
             network=network,

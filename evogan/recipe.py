@@ -84,13 +84,15 @@ class RunSection(_Table):
 
 
 class PopulationSection(_Table):
-    size: int = Field(1, ge=1, description="generators and discriminators per cell")
+    size: int = Field(1, ge=1, description="individuals of each role per cell (a GAN's generators and discriminators)")
     selection: bool = Field(True, description="tournament selection and replacement (Lipizzaner)")
     fitness_mode: Literal["average", "best", "worst"] = Field(
         "average", description="how a loss against each opponent becomes one fitness"
     )
-    replacement: Literal["if_better", "always"] = Field(
-        "if_better", description="a trained offspring replaces the worst local only if better, or always"
+    replacement: Literal["if_better", "always", "generational"] = Field(
+        "if_better",
+        description="the best offspring replaces the worst local only if better (if_better) or always; "
+        "generational: the offspring replace the whole population (comma replacement)",
     )
 
 

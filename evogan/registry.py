@@ -9,7 +9,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from evogan.api import KINDS
-from evogan.deprecated import adapt_signatures
+from evogan.deprecated import adapt_problem, adapt_signatures
 from evogan.errors import ComponentConflictError, UserError
 from evogan.plugins import PluginManager, first_line
 
@@ -60,12 +60,19 @@ class Registry:
                 f"{self.kind} {name!r} (plugin {plugin!r}) and {previous.name!r} (plugin {first!r}) "
                 "both claim to be the default"
             )
+        component = adapt_problem(component, self.kind)  # a 0.2 GAN problem written against Problem
         missing = sorted(getattr(component, "__abstractmethods__", ()))
         if missing:
             raise ComponentConflictError(
                 f"plugin {plugin!r} registered {self.kind} {name!r} without {', '.join(missing)} "
                 f"(what every {self.kind} must implement)"
             )
+        if self.kind == "problem":
+            roles = getattr(component, "roles", None)
+            if not (isinstance(roles, tuple) and len(roles) == 2 and len(set(roles)) == 2):
+                raise ComponentConflictError(
+                    f"plugin {plugin!r} registered problem {name!r} without two distinct roles (its `roles`)"
+                )
         adapt_signatures(component, self.kind)  # a 0.1 plugin's methods keep working, with a warning
         self.entries[name] = Entry(name, component, plugin)
 

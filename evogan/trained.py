@@ -158,7 +158,7 @@ class TrainedRun:
     def generator(self, cell: int | None = None) -> nn.Module:
         """``cell``'s best generator alone (default: the best cell's), as evaluation uses it."""
         chosen = self.cells[self._cell(cell)]
-        return chosen.best_generator()
+        return chosen.best_scored()
 
     def single(self, cell: int | None = None) -> Mixture:
         """``cell``'s best generator as an ensemble of one (``evogan sample --single``)."""

@@ -245,8 +245,8 @@ def test_a_clone_owns_its_optimizer_state(tiny_recipe) -> None:
 def test_fitness_memo_reuses_d_real_and_gives_the_same_losses(tiny_recipe) -> None:
     sender, _ = two_cells(tiny_recipe())
     problem = sender.problem
-    gens = [ind.network for ind in sender.generators]
-    discs = [ind.network for ind in sender.discriminators]
+    gens = [ind.network for ind in sender.population("generator")]
+    discs = [ind.network for ind in sender.population("discriminator")]
     real = problem.fitness_batch(generator=torch.Generator().manual_seed(1))
     calls: list[bool] = []
     hook = discs[0].register_forward_pre_hook(lambda _m, args: calls.append(args[0] is real))

@@ -74,7 +74,7 @@ def test_fused_adam_steps_on_cuda(tiny_recipe, vectorize: str) -> None:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(Driver, "run", keep)
         run(path, CUDA, vectorize)
-    for individual in (drivers[0].cells[0].generators[0], drivers[0].cells[0].discriminators[0]):
+    for individual in (drivers[0].cells[0].population(role)[0] for role in ("generator", "discriminator")):
         optimizer = individual.optimizer
         assert optimizer.param_groups[0]["fused"] is True
         states = list(optimizer.state.values())

@@ -197,7 +197,7 @@ def test_g_mixture_weights_follow_the_cells_mixture(tiny_recipe) -> None:
     cell = Cell(4, build_topology(recipe).neighbours(4), settings)
     cell.initialise()
     cell.mixture = {4: 0.5, 1: 0.25, 3: 0.25, 5: 0.0, 7: 0.0}
-    own = cell.discriminators[0]
+    own = cell.population("discriminator")[0]
     others = [cell.new_individual("discriminator", 0, torch.Generator().manual_seed(0)) for _ in range(4)]
     for individual, origin in zip(others, (1, 3, 5, 7), strict=True):
         individual.origin = origin
@@ -214,9 +214,9 @@ def test_a_weighted_step_against_one_discriminator_equals_the_plain_step(tiny_re
     cell = Cell(0, (), settings)
     cell.initialise()
     make = settings.problem.make_optimizer
-    attacker = cell.generators[0]
+    attacker = cell.population("generator")[0]
     plain, listed = attacker.clone(make), attacker.clone(make)
-    first = cell.discriminators[0].network
+    first = cell.population("discriminator")[0].network
     second = cell.new_individual("discriminator", 1, torch.Generator().manual_seed(3)).network
     real = settings.problem.fitness_batch(generator=torch.Generator().manual_seed(1))
     calls = Counter()

@@ -221,7 +221,7 @@ def test_every_cell_is_scored_on_the_same_noise_of_each_stream(tiny_recipe) -> N
     cells = [Cell(i, topology.neighbours(i), settings) for i in range(2)]
     for cell in cells:
         cell.initialise()
-    cells[1].generators = cells[0].generators  # cell 1's own generator is cell 0's
+    cells[1].populations["generator"] = cells[0].populations["generator"]  # cell 1's own generator is cell 0's
     cells[1].mixture = {1: 1.0}
     cells[0].mixture = {0: 1.0}
     scores = score_cells(cells, settings, seed=3)
@@ -239,4 +239,4 @@ def test_best_cell_and_means_read_the_validation_and_the_test_figures() -> None:
 
     scores = {"0": cell(0.1, 1.0, 0.5), "1": cell(0.9, 3.0, 0.2)}
     assert best_cell(scores) == "1"  # best on validation, though cell 0 scores better on test
-    assert mean_over_cells(scores) == {"mixture": {"m": pytest.approx(0.5)}, "generator": {"m": 2.0}}
+    assert mean_over_cells(scores, "generator") == {"mixture": {"m": pytest.approx(0.5)}, "generator": {"m": 2.0}}

@@ -86,6 +86,7 @@ class _Ind:
     def __init__(self, role: str, network: nn.Module) -> None:
         self.role, self.network, self.sparse = role, network, {}
         self.optimizer = torch.optim.Adam(network.parameters(), lr=2e-4, betas=(0.0, 0.9))
+        self.trainer = self.optimizer
 
 
 def test_masks_apply_to_the_original_weight_under_spectral_norm() -> None:

@@ -31,6 +31,10 @@ class FakeIndividual:
     hyper: dict[str, float] = field(default_factory=lambda: {"lr": 1e-2})
     sparse: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def trainer(self) -> torch.optim.Optimizer:
+        return self.optimizer
+
 
 class FakeProblem:
     """``discriminator_logits`` as the GAN problem does it: no-grad D(G(z)), D(real)."""

@@ -44,6 +44,11 @@ def _number(value: Any, digits: int = 4) -> str:
     return "-" if value is None else str(value)
 
 
+def _label(key: str) -> str:
+    """A role key as a column label: ``g`` -> ``G``, ``host`` stays."""
+    return key.upper() if len(key) == 1 else key
+
+
 def metrics_text(metrics: Mapping[str, Any]) -> str:
     """``key=value, ...`` by key (as summary.json holds them), with four significant digits."""
     return ", ".join(f"{key}={_number(value)}" for key, value in sorted(metrics.items()))
@@ -51,15 +56,13 @@ def metrics_text(metrics: Mapping[str, Any]) -> str:
 
 def summary_lines(summary: Mapping[str, Any]) -> list[str]:
     """The reported figures of ``summary.json`` (or ``evogan evaluate``'s result): the test means over the
-    cells of their mixtures and of each cell's best generator alone, then (last) the mixture chosen on the
+    cells of their mixtures and of each cell's best individual alone, then (last) the mixture chosen on the
     validation stream, scored on the test stream with its validation figures beside it."""
     lines = []
     means = summary.get("mean_over_cells")
     if means:
-        lines.append(
-            f"mean over cells, test: mixture {metrics_text(means['mixture'])}; "
-            f"best generator alone {metrics_text(means['generator'])}"
-        )
+        alone = "; ".join(f"best {part} alone {metrics_text(m)}" for part, m in means.items() if part != "mixture")
+        lines.append(f"mean over cells, test: mixture {metrics_text(means['mixture'])}; {alone}")
     lines.append(
         f"best mixture ensemble: cell {summary['best_cell']} (chosen on validation): "
         f"test {metrics_text(summary['best_mixture'])}; validation {metrics_text(summary['best_mixture_validation'])}"
@@ -170,9 +173,10 @@ class TerminalReporter:
             age = _peer_age(record)
             if age is not None:
                 extra += f" peer_age={age}"
+            roles = "".join(f"{k}={record[k]:.4f} " for k in record if k.endswith("_loss"))
+            roles += "".join(f"{k}={record[k]:.3g} " for k in record if k.startswith("lr_"))
             self.console.print(
-                f"generation {generation}/{run.generations} cell {cell}: g_loss={record['g_loss']:.4f} "
-                f"d_loss={record['d_loss']:.4f} lr_g={record['lr_g']:.3g} lr_d={record['lr_d']:.3g} "
+                f"generation {generation}/{run.generations} cell {cell}: {roles}"
                 f"mixture_score={record['mixture_score']:.4f}{extra}",
                 highlight=False,
             )
@@ -202,9 +206,15 @@ class TerminalReporter:
     def table(self) -> Table:
         table = Table(box=None, header_style="bold", pad_edge=False)
         sparse = any(row.get("sparsity") for row in self.rows.values())
-        columns = ["cell", "gen", "G loss", "D loss", "lr G", "lr D", "mixture score", "staleness"]
+        first = next(iter(self.rows.values()), {})
+        # the problem's per-role fields (a GAN's g_loss, lr_d...), named by its role keys
+        losses = [k for k in first if k.endswith("_loss")]
+        rates = [k for k in first if k.startswith("lr_")]
+        role_columns = [f"{_label(k[: -len('_loss')])} loss" for k in losses] + [f"lr {_label(k[3:])}" for k in rates]
+        columns = ["cell", "gen", *role_columns, "mixture score", "staleness"]
+        at = 2 + len(role_columns)
         if sparse:
-            columns[6:6] = ["BR", "density G", "density D", "FLOPs"]
+            columns[at:at] = ["BR", "density G", "density D", "FLOPs"]
         liveness = any(_peer_age(row) is not None for row in self.rows.values())
         if liveness:
             columns.append("peer age s")
@@ -217,16 +227,14 @@ class TerminalReporter:
             values = [
                 str(cell),
                 str(generation),
-                _number(row["g_loss"]),
-                _number(row["d_loss"]),
-                f"{row['lr_g']:.3g}",
-                f"{row['lr_d']:.3g}",
+                *(_number(row.get(k)) for k in losses),
+                *(f"{row[k]:.3g}" if k in row else "-" for k in rates),
                 _number(row["mixture_score"]),
                 str(staleness),
             ]
             if sparse:
                 sparsity = row.get("sparsity") or {}
-                values[6:6] = [
+                values[at:at] = [
                     _number(sparsity.get("br"), 3),
                     _number(sparsity.get("density_g"), 3),
                     _number(sparsity.get("density_d"), 3),

@@ -8,7 +8,7 @@ summarise the neighbourhood, and the cell's DEAP Logbook holds one record per ge
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,7 +17,6 @@ import torch
 from deap import tools
 
 from evogan.api import (
-    ROLES,
     Mutation,
     Opponents,
     Pairing,
@@ -25,10 +24,11 @@ from evogan.api import (
     Role,
     Selection,
     SparsityController,
+    Variation,
 )
 from evogan.engine.codec import Codec, Manifest, Message
 from evogan.engine.optimizer_state import load_optimizer_state
-from evogan.errors import MessageRejected
+from evogan.errors import MessageRejected, UserError
 from evogan.individual import Individual
 from evogan.recipe import Recipe
 from evogan.rng import CellRandom
@@ -78,29 +78,13 @@ class ExchangeLog:
         self.count = 0
 
 
-@dataclass
-class TrainingJob:
-    """One cell's training phase of one generation: who trains, whom they may face, the random streams.
-
-    ``seconds``: the time the phase took, set by whoever trained it (a share, when cells train together).
-    """
-
-    cell: Cell
-    gens: list[Individual]
-    discs: list[Individual]
-    g_opponents: Sequence[Individual]
-    d_opponents: Sequence[Individual]
-    rnd: CellRandom
-    seconds: float = 0.0
-
-
-def finish(phases: Generator[TrainingJob, None, dict[str, float]]) -> dict[str, float]:
-    """Resume a generation after its training phase; its timings."""
+def finish(phases: Generator[Variation, None, dict[str, float]]) -> dict[str, float]:
+    """Resume a generation after its variation phase; its timings."""
     try:
         next(phases)
     except StopIteration as end:
         return end.value
-    raise RuntimeError("a generation yields one training job")
+    raise RuntimeError("a generation yields one variation job")
 
 
 class Cell:
@@ -111,9 +95,9 @@ class Cell:
         self.generation = 0
         self.incarnation = 0
         self.sequence = 0
-        self.generators: list[Individual] = []
-        self.discriminators: list[Individual] = []
-        # neighbour cell -> its latest best G and D, as individuals with fresh optimizers
+        self.roles = settings.problem.roles
+        self.populations: dict[Role, list[Individual]] = {role: [] for role in self.roles}
+        # neighbour cell -> its latest best individual of each role, with fresh optimizers
         self.foreign: dict[int, dict[Role, Individual]] = {}
         self.mixture: dict[int, float] = {}
         self.exchange = ExchangeLog()
@@ -127,11 +111,12 @@ class Cell:
             recipe=settings.recipe.digest,
             optimizer_state=settings.optimizer_state,
             max_bytes=settings.max_message_bytes,
+            roles=self.roles,
         )
         self._expected: Manifest | None = None
         # called with the number of batches trained, every exchange.every_batches batches of a generation
         self.between_batches: Callable[[int], None] | None = None
-        self._training: dict[Role, list[Individual]] | None = None  # the individuals being trained now
+        self._training: Mapping[Role, list[Individual]] | None = None  # the individuals being varied now
         self._memo: dict[torch.nn.Module, Any] = {}  # this generation's per-network fitness outputs
         # vectorised cells: all-vs-all fitness through the problem's stacked_fitness where it can
         self.batched_fitness = False
@@ -143,12 +128,12 @@ class Cell:
 
     def new_individual(self, role: Role, number: int, generator: torch.Generator) -> Individual:
         network = self.problem.create(role, generator=generator)
-        lr = self.problem.learning_rate
+        hyper = self.problem.hyper(role)
         individual = Individual(
             role=role,
             network=network,
-            optimizer=self.problem.make_optimizer(role, network, lr),
-            hyper={"lr": lr, "lr0": lr},
+            optimizer=self.problem.make_optimizer(role, network, hyper.get("lr", 0.0)),
+            hyper=hyper,
             origin=self.index,
             uid=f"{self.index}/{role[0].upper()}{number}",
         )
@@ -160,14 +145,14 @@ class Cell:
         """Create the populations (generation 0) and uniform mixture weights over the neighbourhood."""
         rnd = CellRandom.for_generation(self.settings.seed, self.index, 0, "init")
         size = self.settings.recipe.population.size
-        self.generators = [self.new_individual("generator", i, rnd.torch) for i in range(size)]
-        self.discriminators = [self.new_individual("discriminator", i, rnd.torch) for i in range(size)]
+        for role in self.roles:
+            self.populations[role] = [self.new_individual(role, i, rnd.torch) for i in range(size)]
         neighbourhood = (self.index, *self.neighbours)
         self.mixture = {cell: 1.0 / len(neighbourhood) for cell in neighbourhood}
         self.generation = 0
 
     def population(self, role: Role) -> list[Individual]:
-        return self.generators if role == "generator" else self.discriminators
+        return self.populations[role]
 
     def best(self, role: Role) -> Individual:
         return min(self.population(role), key=lambda ind: ind.fitness.loss)
@@ -182,12 +167,12 @@ class Cell:
         return min(live, key=lambda ind: ind.fitness.loss) if live else self.best(role)
 
     def message(self, *, substep: int = 0) -> list[bytes | memoryview]:
-        """The envelope publishing this cell's best generator and discriminator (see
+        """The envelope publishing this cell's best individual of each role (see
         :class:`~evogan.engine.codec.Codec`). Inside a generation (``substep`` batches into it) the
         message is stamped with the last finished generation and ``substep``."""
         self.sequence += 1
         return self.codec.encode(
-            {role: self._published(role) for role in ROLES},
+            {role: self._published(role) for role in self.roles},
             generation=self.generation - 1 if substep else self.generation,
             substep=substep,
             sequence=self.sequence,
@@ -196,9 +181,9 @@ class Cell:
 
     def _expected_manifest(self) -> Manifest:
         if self._expected is None:
+            states = [self._state(role) for role in self.roles]
             self._expected = {
-                name: (tensor.dtype, tuple(tensor.shape))
-                for name, tensor in {**self._state("generator"), **self._state("discriminator")}.items()
+                name: (tensor.dtype, tuple(tensor.shape)) for state in states for name, tensor in state.items()
             }
         return self._expected
 
@@ -241,8 +226,10 @@ class Cell:
                 slots[role] = individual
             individual.network.load_state_dict(model.weights)
             self._memo.pop(individual.network, None)  # its outputs on this generation's batch are stale
-            lr = self.problem.learning_rate if model.lr is None else model.lr
-            individual.hyper = {"lr": lr, "lr0": self.problem.learning_rate}
+            individual.hyper = self.problem.hyper(role)
+            if model.lr is not None:
+                individual.hyper["lr"] = model.lr
+            lr = individual.hyper.get("lr", 0.0)
             individual.optimizer = self.problem.make_optimizer(role, individual.network, lr)
             if model.optimizer is not None:
                 load_optimizer_state(individual, model.optimizer)
@@ -263,28 +250,27 @@ class Cell:
 
     def evaluate(
         self,
-        gens: Sequence[Individual],
-        discs: Sequence[Individual],
-        real: torch.Tensor,
+        first: Sequence[Individual],
+        second: Sequence[Individual],
+        data: Any,
         rnd: CellRandom,
         *,
-        score: Sequence[Role] = ROLES,
+        score: Sequence[Role] | None = None,
     ) -> None:
-        """All-vs-all: each generator against every discriminator and vice versa. Only the roles in
-        ``score`` get new fitness values; the others serve as opponents. With :attr:`batched_fitness` as
-        one batched computation where the problem can (else, as always, pair by pair)."""
-        networks = ([g.network for g in gens], [d.network for d in discs])
+        """All-vs-all: each individual of the first role against every one of the second and vice versa.
+        Only the roles in ``score`` (default both) get new fitness values; the others serve as opponents.
+        With :attr:`batched_fitness` as one batched computation where the problem can (else pair by pair)."""
+        score = self.roles if score is None else score
+        networks = ([ind.network for ind in first], [ind.network for ind in second])
         stacked = self.problem.stacked_fitness(*networks) if self.batched_fitness else None
         if stacked is None or isinstance(stacked, str):  # a decline draws nothing: the looped path's streams
-            g_loss, d_loss = self.problem.fitness(*networks, real, generator=rnd.torch, score=score, memo=self._memo)
+            losses = self.problem.fitness(*networks, data, generator=rnd.torch, score=score, memo=self._memo)
         else:
-            g_loss, d_loss = stacked.fitness(real, generator=rnd.torch, score=score, memo=self._memo)
-        if "generator" in score:
-            for individual, value in zip(gens, self._aggregate(g_loss).tolist(), strict=True):
-                individual.fitness.values = (value,)
-        if "discriminator" in score:
-            for individual, value in zip(discs, self._aggregate(d_loss).tolist(), strict=True):
-                individual.fitness.values = (value,)
+            losses = stacked.fitness(data, generator=rnd.torch, score=score, memo=self._memo)
+        for role, individuals, loss in zip(self.roles, (first, second), losses, strict=True):
+            if role in score:
+                for individual, value in zip(individuals, self._aggregate(loss).tolist(), strict=True):
+                    individual.fitness.values = (value,)
 
     # -------------------------------------------------------------------------------- one generation
     def neighbourhood(self, role: Role) -> list[Individual]:
@@ -296,16 +282,17 @@ class Cell:
         phases = self.generation_phases()
         job = next(phases)
         started = time.perf_counter()
-        self.train(job)
+        self.vary(job)
         job.seconds = time.perf_counter() - started
         return finish(phases)
 
-    def generation_phases(self) -> Generator[TrainingJob, None, dict[str, float]]:
-        """One generation, paused at its training phase: it yields the :class:`TrainingJob`, whoever
-        drives it trains the job (:meth:`train`, or several cells' jobs at once) and sets ``job.seconds``,
-        then resumes it to the end; it returns the per-phase timings and appends the record."""
+    def generation_phases(self) -> Generator[Variation, None, dict[str, float]]:
+        """One generation, paused at its variation phase: it yields the :class:`~evogan.api.Variation`,
+        whoever drives it varies the job (:meth:`vary`, or several cells' jobs at once) and sets
+        ``job.seconds``, then resumes it to the end; it returns the per-phase timings and appends the
+        record."""
         self.generation += 1
-        settings, problem = self.settings, self.problem
+        settings, problem, roles = self.settings, self.problem, self.roles
         population = settings.recipe.population
         rnd = CellRandom.for_generation(settings.seed, self.index, self.generation)
         timings: dict[str, float] = {}
@@ -317,97 +304,78 @@ class Cell:
             timings[phase] = timings.get(phase, 0.0) + now - clock
             clock = now
 
-        all_g, all_d = self.neighbourhood("generator"), self.neighbourhood("discriminator")
-        real = problem.fitness_batch(generator=rnd.torch, cell=self.index)
+        pool = {role: self.neighbourhood(role) for role in roles}
+        data = problem.fitness_batch(generator=rnd.torch, cell=self.index)
         self._memo = {}  # the re-evaluations below reuse what this one computes on the same batch
-        self.evaluate(all_g, all_d, real, rnd)
+        self.evaluate(pool[roles[0]], pool[roles[1]], data, rnd)
         lap("fitness")
 
         clone, select = problem.make_optimizer, settings.selection.select
         if population.selection:
-            new_g = [ind.clone(clone) for ind in select(all_g, population.size, rng=rnd.numpy)]
-            new_d = [ind.clone(clone) for ind in select(all_d, population.size, rng=rnd.numpy)]
-            for ind in (*new_g, *new_d):
+            members = {
+                role: [ind.clone(clone) for ind in select(pool[role], population.size, rng=rnd.numpy)]
+                for role in roles
+            }
+            for ind in (*members[roles[0]], *members[roles[1]]):
                 ind.origin = self.index
-            g_opponents, d_opponents = new_d, new_g
+            faced = {roles[0]: members[roles[1]], roles[1]: members[roles[0]]}
+            incumbents: dict[Role, Sequence[Individual]] = dict(self.populations)
         else:
-            new_g, new_d = self.generators, self.discriminators
-            g_opponents, d_opponents = all_d, all_g
+            members = dict(self.populations)
+            faced = {roles[0]: pool[roles[1]], roles[1]: pool[roles[0]]}
+            incumbents = {}
         lap("selection")
 
-        if settings.sparsity is not None:  # which Ds are the cell's own; offspring share lineage state
-            incumbents = self.discriminators if population.selection else ()
-            settings.sparsity.begin_generation(new_g, new_d, incumbents)
-        job = TrainingJob(self, new_g, new_d, g_opponents, d_opponents, rnd)
-        self._training = {"generator": new_g, "discriminator": new_d}
+        opponents = {
+            role: Opponents(own=members[other], neighbourhood=faced[role], weights=self._cell_weights(faced[role]))
+            for role, other in zip(roles, roles[::-1], strict=True)
+        }
+        job = Variation(
+            cell_index=self.index,
+            generation=self.generation,
+            members=members,
+            pool=pool,
+            opponents=opponents,
+            incumbents=incumbents,
+            rnd=rnd,
+            mutation=settings.mutation,
+            pairing=settings.pairing,
+            sparsity=settings.sparsity,
+            exchange_point=self._exchange_point,
+        )
+        self._training = members
         try:
             yield job
         finally:
             self._training = None
-        for trained in (*new_g, *new_d):
-            self._memo.pop(trained.network, None)
+        for role in roles:
+            for varied in members[role]:
+                self._memo.pop(varied.network, None)
         timings["training"] = job.seconds
         clock = time.perf_counter()  # the driver's time between the yield and now is not this cell's
 
-        replaced = self._replace(new_g, new_d, all_g, all_d, real, rnd) if population.selection else {}
+        replaced = self._replace(members, pool, data, rnd) if population.selection else {}
         if not population.selection:
-            self.evaluate(self.generators, all_d, real, rnd, score=("generator",))
-            self.evaluate(all_g, self.discriminators, real, rnd, score=("discriminator",))
+            self.evaluate(self.population(roles[0]), pool[roles[1]], data, rnd, score=(roles[0],))
+            self.evaluate(pool[roles[0]], self.population(roles[1]), data, rnd, score=(roles[1],))
         lap("replacement")
 
         self._memo = {}
         mixture_metrics = self._evolve_mixture(rnd)
         lap("mixture")
 
-        self._record(all_g, all_d, replaced, mixture_metrics)
+        self._record(pool, replaced, mixture_metrics)
         return timings
 
-    def opponents(self, job: TrainingJob) -> tuple[Opponents, Opponents]:
-        """Whom the job's generators and discriminators may face (the pairing draws from these)."""
-        return (
-            Opponents(own=job.discs, neighbourhood=job.g_opponents, weights=self._cell_weights(job.g_opponents)),
-            Opponents(own=job.gens, neighbourhood=job.d_opponents, weights=self._cell_weights(job.d_opponents)),
-        )
+    def vary(self, job: Variation) -> None:
+        """Vary one generation's job on its own (the reference path), through the problem."""
+        self.problem.vary(job)
 
-    def train(self, job: TrainingJob) -> None:
-        """Train one generation's job on its own, individual by individual (the reference path): the
-        pairing picks, step by step, whom each faces among the job's live opponents."""
-        gens, discs, rnd = job.gens, job.discs, job.rnd
-        problem, sparsity, numpy_rng = self.problem, self.settings.sparsity, rnd.numpy
-        pairing, mutate = self.settings.pairing, self.settings.mutation.mutate
-        for_g, for_d = self.opponents(job)
-        where = {"cell": self.index, "generation": self.generation}
-        for step, real in enumerate(self.batches(rnd)):
-            if problem.train_generator_at(step, **where):
-                faced = pairing.generator_opponents(for_g, rng=numpy_rng)
-                principal = faced[0][0]
-                # One opponent keeps the plain call (and its exact arithmetic); several are weighted.
-                defence = principal.network if len(faced) == 1 else [(d.network, w) for d, w in faced]
-                for g in gens:
-                    g.set_hyper(mutate(g.hyper, rng=numpy_rng))
-                    info = problem.generator_step(g, defence, real, generator=rnd.torch)
-                    info.step = step
-                    if sparsity is not None:
-                        sparsity.after_generator_step(g, principal, info, problem)
-            if not problem.train_discriminator_at(step, **where):
-                continue
-            defender = pairing.discriminator_opponent(for_d, rng=numpy_rng)
-            for d in discs:
-                d.set_hyper(mutate(d.hyper, rng=numpy_rng))
-                problem.discriminator_step(d, defender.network, real, generator=rnd.torch)
-                if sparsity is not None:
-                    sparsity.after_discriminator_step(d)
-        if sparsity is not None:
-            sparsity.end_generation(gens, discs)
-
-    def batches(self, rnd: CellRandom) -> Iterator[torch.Tensor]:
-        """The problem's batches, with :attr:`between_batches` called every ``exchange.every_batches``
-        batches (never before the first or after the last). It draws no random numbers."""
+    def _exchange_point(self, step: int) -> None:
+        """Calls :attr:`between_batches` every ``exchange.every_batches`` batches (never before the first)."""
         every = self.settings.recipe.exchange.every_batches
-        for step, real in enumerate(self.problem.training_batches(generator=rnd.torch, cell=self.index)):
-            if every and step and step % every == 0 and self.between_batches is not None:
-                self.between_batches(step)
-            yield real
+        if every and step and step % every == 0 and self.between_batches is not None:
+            self.between_batches(step)
 
     def _cell_weights(self, individuals: Sequence[Individual]) -> list[float]:
         """Each individual's share of its cell's mixture weight (cells split evenly among their members),
@@ -423,24 +391,31 @@ class Cell:
 
     def _replace(
         self,
-        new_g: list[Individual],
-        new_d: list[Individual],
-        all_g: list[Individual],
-        all_d: list[Individual],
-        real: torch.Tensor,
+        offspring: Mapping[Role, list[Individual]],
+        pool: Mapping[Role, list[Individual]],
+        data: Any,
         rnd: CellRandom,
     ) -> dict[str, bool]:
         """Offspring and incumbents are scored against the same opponents on the same batch, so the
-        comparison is fair (Lipizzaner compared against a stale, start-of-generation loss)."""
-        always = self.settings.recipe.population.replacement == "always"
-        self.evaluate([*new_g, *self.generators], all_d, real, rnd, score=("generator",))
-        self.evaluate(all_g, [*new_d, *self.discriminators], real, rnd, score=("discriminator",))
+        comparison is fair (Lipizzaner compared against a stale, start-of-generation loss). ``if_better``
+        and ``always`` put the best offspring in place of the worst incumbent; ``generational`` (comma
+        replacement) puts the offspring in place of the whole population."""
+        first, second = self.roles
+        self.evaluate([*offspring[first], *self.population(first)], pool[second], data, rnd, score=(first,))
+        self.evaluate(pool[first], [*offspring[second], *self.population(second)], data, rnd, score=(second,))
+        mode = self.settings.recipe.population.replacement
         replaced: dict[str, bool] = {}
-        for role, offspring in zip(ROLES, (new_g, new_d), strict=True):
-            local = self.population(role)
-            best_new = min(offspring, key=lambda ind: ind.fitness.loss)
+        for role in self.roles:
+            local, new = self.population(role), offspring[role]
+            if mode == "generational":
+                for child, parent in zip(new, local, strict=True):
+                    child.uid = parent.uid
+                local[:] = new
+                replaced[role] = True
+                continue
+            best_new = min(new, key=lambda ind: ind.fitness.loss)
             worst = max(range(len(local)), key=lambda i: local[i].fitness.loss)
-            accept = always or best_new.fitness.loss < local[worst].fitness.loss
+            accept = mode == "always" or best_new.fitness.loss < local[worst].fitness.loss
             if accept:
                 best_new.uid = local[worst].uid
                 local[worst] = best_new
@@ -452,17 +427,18 @@ class Cell:
         sparsity = self.settings.sparsity
         return individual.network if sparsity is None else sparsity.evaluation_network(individual)
 
-    def best_generator(self) -> torch.nn.Module:
-        """The network that stands for this cell's best generator in evaluation and ensembles."""
-        return self.evaluated(self.best("generator"))
+    def best_scored(self) -> torch.nn.Module:
+        """The network that stands for this cell's best of the scored role (the problem's first: a GAN's
+        generator) in evaluation and ensembles."""
+        return self.evaluated(self.best(self.roles[0]))
 
     def mixture_members(self) -> tuple[list[int], list[torch.nn.Module]]:
         cells, networks = [], []
         for cell in sorted(self.mixture):
             if cell == self.index:
-                networks.append(self.best_generator())
+                networks.append(self.best_scored())
             elif cell in self.foreign:
-                networks.append(self.evaluated(self.foreign[cell]["generator"]))
+                networks.append(self.evaluated(self.foreign[cell][self.roles[0]]))
             else:
                 continue  # never heard from: left out, weights renormalised
             cells.append(cell)
@@ -501,25 +477,20 @@ class Cell:
 
     def _record(
         self,
-        all_g: Sequence[Individual],
-        all_d: Sequence[Individual],
+        pool: Mapping[Role, Sequence[Individual]],
         replaced: Mapping[str, bool],
         mixture_metrics: Mapping[str, float],
     ) -> None:
         """Append the generation's record to the logbook. Appended whole: ``Logbook.record`` would move
-        each nested table (neighbourhood statistics, mixture, staleness...) into a chapter of its own."""
-        best_g, best_d = self.best("generator"), self.best("discriminator")
-        stats = self.statistics.compile(list(all_g))
-        d_stats = self.statistics.compile(list(all_d))
-        record: dict[str, Any] = {
-            "cell": self.index,
-            "generation": self.generation,
-            "g_loss": best_g.fitness.loss,
-            "d_loss": best_d.fitness.loss,
-            "lr_g": best_g.learning_rate,
-            "lr_d": best_d.learning_rate,
-            "neighbourhood_g": stats,
-            "neighbourhood_d": d_stats,
+        each nested table (neighbourhood statistics, mixture, staleness...) into a chapter of its own.
+        Per-role fields carry the problem's keys for the roles (``g_loss``, ``lr_d``...)."""
+        best = {role: self.best(role) for role in self.roles}
+        keys = dict(zip(self.roles, self.problem.keys(), strict=True))
+        record: dict[str, Any] = {"cell": self.index, "generation": self.generation}
+        record.update({f"{keys[role]}_loss": best[role].fitness.loss for role in self.roles})
+        record.update({f"lr_{keys[role]}": best[role].hyper["lr"] for role in self.roles if "lr" in best[role].hyper})
+        record.update({f"neighbourhood_{keys[role]}": self.statistics.compile(list(pool[role])) for role in self.roles})
+        record.update({
             "replaced": dict(replaced),
             "mixture": {str(c): w for c, w in sorted(self.mixture.items())},
             "mixture_score": self.problem.objective(mixture_metrics),
@@ -531,9 +502,9 @@ class Cell:
                 for p, lag in sorted(self.exchange.staleness.items())
             },
             "dropped": dict(self.exchange.dropped),
-        }
+        })
         if self.settings.sparsity is not None:
-            record["sparsity"] = self.settings.sparsity.metrics(best_g, best_d)
+            record["sparsity"] = self.settings.sparsity.metrics(*(best[role] for role in self.roles))
         self.logbook.append(record)
 
     # -------------------------------------------------------------------------------- checkpoints
@@ -545,14 +516,16 @@ class Cell:
             "incarnation": self.incarnation,
             "sequence": self.sequence,
             "recipe": self.settings.recipe.digest,
-            "generators": [ind.state() for ind in self.generators],
-            "discriminators": [ind.state() for ind in self.discriminators],
+            **{f"{role}s": [ind.state() for ind in self.population(role)] for role in self.roles},
             "mixture": {str(c): w for c, w in self.mixture.items()},
         }
 
     def load_state(self, state: Mapping[str, Any]) -> None:
         generator = torch.Generator().manual_seed(0)  # weights come from the checkpoint
-        for role, key in zip(ROLES, ("generators", "discriminators"), strict=True):
+        for role in self.roles:
+            key = f"{role}s"
+            if key not in state:
+                raise UserError(f"checkpoint of cell {self.index} holds no {key} (written for another problem?)")
             individuals = [
                 Individual.from_state(
                     entry, self.problem.create(role, generator=generator), self.problem.make_optimizer
@@ -569,4 +542,4 @@ class Cell:
         self.mixture = {int(c): float(w) for c, w in state["mixture"].items()}
 
 
-__all__ = ["Cell", "CellSettings", "ExchangeLog", "TrainingJob", "finish"]
+__all__ = ["Cell", "CellSettings", "ExchangeLog", "finish"]

@@ -67,10 +67,20 @@ class Codec:
     :param recipe: the recipe digest every message must carry.
     :param optimizer_state: whether sent messages carry the optimizer state.
     :param max_bytes: the payload cap of a received message.
+    :param roles: the problem's roles, each carried under its own name.
     """
 
-    def __init__(self, cell: int, *, run_id: str, recipe: str, optimizer_state: bool, max_bytes: int) -> None:
-        self.cell, self.run_id, self.recipe = cell, run_id, recipe
+    def __init__(
+        self,
+        cell: int,
+        *,
+        run_id: str,
+        recipe: str,
+        optimizer_state: bool,
+        max_bytes: int,
+        roles: tuple[Role, ...] = ROLES,
+    ) -> None:
+        self.cell, self.run_id, self.recipe, self.roles = cell, run_id, recipe, roles
         self.optimizer_state, self.max_bytes = optimizer_state, max_bytes
         self.agreed: set[int] = set()  # neighbours whose messages carried this recipe at least once
         # What this cell's own messages held, per role (learnt in encode; a run's cells publish before
@@ -104,9 +114,9 @@ class Codec:
         meta = {
             "recipe": self.recipe,
             # an offspring inside a generation has no fitness yet: None keeps the receiver's last value
-            "fitness": {role: _loss_or_none(best[role]) for role in ROLES},
-            "lr": {role: best[role].learning_rate for role in ROLES},
-            "uid": {role: best[role].uid for role in ROLES},
+            "fitness": {role: _loss_or_none(best[role]) for role in self.roles},
+            "lr": {role: best[role].hyper.get("lr") for role in self.roles},
+            "uid": {role: best[role].uid for role in self.roles},
             "sparse": sparse_info,
         }
         return envelope.encode(
@@ -128,13 +138,13 @@ class Codec:
         header = received.header
         self._check_sender(peer, header)
         meta = header["meta"]
-        facts = {key: _per_role(meta, key) for key in ("fitness", "lr", "uid", "sparse")}
+        facts = {key: _per_role(meta, key, self.roles) for key in ("fitness", "lr", "uid", "sparse")}
         weights, moments = split(received.tensors)
         state, masks = decode_sparse(weights, expected)
         sparse_moments, moment_masks = decode_sparse(moments, moment_manifest(moments, expected), complete=False)
         optimizer = checked_state(sparse_moments, moment_masks, expected, masks, self.layouts)
         models = {}
-        for role in ROLES:
+        for role in self.roles:
             prefix = f"{role}/"
             lr, uid, loss = facts["lr"].get(role), facts["uid"].get(role), facts["fitness"].get(role)
             if lr is not None and not (_number(lr) and math.isfinite(lr) and lr >= 0):
@@ -181,10 +191,10 @@ class Codec:
         raise MessageRejected("recipe hash differs: nodes run different recipes")
 
 
-def _per_role(meta: Mapping[str, Any], key: str) -> dict[str, Any]:
+def _per_role(meta: Mapping[str, Any], key: str, roles: tuple[Role, ...]) -> dict[str, Any]:
     """``meta[key]``: an object of role -> value (absent: empty); any other shape is rejected."""
     value = meta.get(key, {})
-    if not isinstance(value, dict) or not set(value) <= set(ROLES):
+    if not isinstance(value, dict) or not set(value) <= set(roles):
         raise MessageRejected(f"meta.{key}: not an object of roles")
     return value
 

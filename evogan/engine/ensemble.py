@@ -5,7 +5,7 @@ weights for ``es_generations`` with fixed noise, optionally from random normalis
 (Toutouh et al., GECCO 2020, "Re-purposing heterogeneous generative ensembles with evolutionary
 computation") chooses the ensemble among the generators of the whole grid. Here ``pool = "neighbourhood"``
 optimises every cell's mixture over its neighbourhood and ``pool = "all"`` one ensemble over every cell's
-best generator (a weight may fall to zero: that generator leaves the ensemble).
+best individual of the scored role, a GAN's generator (a weight may fall to zero: it leaves the ensemble).
 
 Candidates are scored on the validation stream, on common random numbers
 (:meth:`evogan.api.Problem.ensemble_scorer`): each generator's samples come from a seed of its own cell
@@ -50,7 +50,7 @@ class Ensemble:
 def ensembles(cells: Sequence[Cell], pool: str) -> list[Ensemble]:
     """The ensembles a pool optimises, from cells loaded with their neighbours' final models."""
     if pool == "all":
-        networks = [cell.best_generator() for cell in cells]
+        networks = [cell.best_scored() for cell in cells]
         return [Ensemble(None, [cell.index for cell in cells], networks, None)]
     out = []
     for cell in cells:
@@ -199,7 +199,7 @@ def optimized_ensemble(
         chosen = entry["ensembles"][entry["best"]]
         for member, weight in chosen["after"]["weights"].items():
             cell = by_index[int(member)]
-            networks.append(cell.best_generator())
+            networks.append(cell.best_scored())
             weights.append(float(weight))
     except (KeyError, IndexError, TypeError, ValueError, AttributeError):  # edited or cut by hand
         raise UserError(

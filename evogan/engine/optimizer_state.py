@@ -12,7 +12,6 @@ the receiver builds the optimizer from its own recipe and the sender's learning 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import cast
 
 import torch
 
@@ -36,9 +35,12 @@ def optimizer_tensors(
     masks = individual.sparse.get("masks") or {}
     tensors: dict[str, torch.Tensor] = {}
     tensor_masks: dict[str, torch.Tensor] = {}
-    for group in individual.optimizer.param_groups:
+    optimizer = individual.optimizer
+    if optimizer is None:  # varied without gradients: nothing to send
+        return tensors, tensor_masks
+    for group in optimizer.param_groups:
         for param in group["params"]:
-            for key, value in individual.optimizer.state.get(param, {}).items():
+            for key, value in optimizer.state.get(param, {}).items():
                 if not isinstance(value, torch.Tensor):
                     raise ValueError(f"optimizer state {key!r} is a {type(value).__name__}, not a tensor")
                 name = f"{PREFIX}{role}/{names[id(param)]}/{key}"
@@ -54,6 +56,8 @@ def state_layout(individual: Individual) -> dict[str, bool]:
     what a neighbour's state must look like for this optimizer to step on it (Adam: ``step`` is a
     scalar, ``exp_avg`` and ``exp_avg_sq`` per element). Empty before the first step."""
     layout: dict[str, bool] = {}
+    if individual.optimizer is None:
+        return layout
     for group in individual.optimizer.param_groups:
         for param in group["params"]:
             for key, value in individual.optimizer.state.get(param, {}).items():
@@ -106,7 +110,7 @@ def checked_state(
         role, _, rest = name[len(PREFIX) :].partition("/")
         parameter, _, key = rest.rpartition("/")
         target = expected.get(f"{role}/{parameter}")
-        if role not in ("generator", "discriminator") or not key or target is None:
+        if not key or target is None:
             raise MessageRejected(f"optimizer state: tensor {name!r} names no local parameter")
         dtype, shape = target
         if tuple(tensor.shape) not in (shape, ()) or not tensor.is_floating_point():
@@ -117,7 +121,7 @@ def checked_state(
         per_element = weight_mask is not None and tuple(tensor.shape) == shape
         if per_element and (mask is None or weight_mask is None or not torch.equal(mask, weight_mask)):
             raise MessageRejected(f"optimizer state: tensor {name!r} has another mask than its weight")
-        out.setdefault(cast(Role, role), {}).setdefault(parameter, {})[key] = tensor
+        out.setdefault(role, {}).setdefault(parameter, {})[key] = tensor
     for role, parameters in out.items():
         keys = {frozenset(entry) for entry in parameters.values()}
         if len(keys) != 1:
@@ -138,7 +142,7 @@ def checked_state(
 def load_optimizer_state(individual: Individual, state: Mapping[str, Mapping[str, torch.Tensor]]) -> None:
     """Load ``state`` (parameter name -> key -> tensor) into ``individual.optimizer``, keeping its
     hyper-parameters; parameters not named start without state."""
-    optimizer = individual.optimizer
+    optimizer = individual.trainer
     index = {id(p): i for i, p in enumerate(p for g in optimizer.param_groups for p in g["params"])}
     parameters = dict(individual.network.named_parameters())
     packed = optimizer.state_dict()

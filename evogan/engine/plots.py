@@ -16,11 +16,9 @@ def _series(records: Sequence[Mapping[str, Any]]) -> dict[str, dict[int, list[tu
     series: dict[str, dict[int, list[tuple[int, float]]]] = defaultdict(lambda: defaultdict(list))
     for record in records:
         cell, generation = record["cell"], record["generation"]
-        values = {
-            "g_loss": record["g_loss"],
-            "d_loss": record["d_loss"],
-            "mixture_score": record["mixture_score"],
-        }
+        # the problem's per-role losses (a GAN's g_loss and d_loss), then the mixture's score
+        values = {k: v for k, v in record.items() if k.endswith("_loss")}
+        values["mixture_score"] = record["mixture_score"]
         values.update({f"mixture {k}": v for k, v in record.get("mixture_metrics", {}).items()})
         values.update({f"sparsity {k}": v for k, v in record.get("sparsity", {}).items()})
         for name, value in values.items():

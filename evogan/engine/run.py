@@ -23,6 +23,7 @@ from evogan.api import (
     Pairing,
     Problem,
     ProblemContext,
+    Role,
     Selection,
     SparsityController,
     Topology,
@@ -31,7 +32,7 @@ from evogan.api import (
 from evogan.engine.cell import Cell, CellSettings, finish
 from evogan.engine.lockstep import Pause, run_in_turns
 from evogan.engine.rundir import RunDirectory, writing
-from evogan.engine.vectorized import decide, train_together
+from evogan.engine.vectorized import decide
 from evogan.errors import UserError
 from evogan.recipe import Recipe, vectorize_choice
 from evogan.registry import Registries
@@ -99,6 +100,8 @@ def build_settings(
         problem.prepare_scoring()
     sparsity: SparsityController | None = None
     if "sparsity" in choices:
+        if problem.roles != ROLES:  # masks and the balance ratio speak of a generator and a discriminator
+            raise UserError(f"{recipe.path}: sparsity: problem {problem.name} has no {' and '.join(ROLES)}")
         sparsity = choices["sparsity"].create(SparsityController)
     if "pairing" not in choices:  # no [pairing] table and no registered default (its plugin blocked)
         raise UserError(f"{recipe.path}: pairing: required table is missing (no default pairing registered)")
@@ -231,24 +234,21 @@ class Driver:
         """Where the loop is and how long that may take (seconds); a runtime's watchdog listens."""
 
     def _probe_vectorize(self) -> None:
-        """Ask the problem whether it can stack these cells' networks; ``true`` where it cannot is an error."""
-        gens = [g for cell in self.cells for g in cell.generators]
-        discs = [d for cell in self.cells for d in cell.discriminators]
-        probe = self.settings.problem.stacked_training(gens, discs, hooks=self.settings.sparsity is not None)
-        if isinstance(probe, str):
+        """Ask the problem whether it can vary these cells together; ``true`` where it cannot is an error."""
+        obstacle = self.settings.problem.together_obstacle(
+            [cell.populations for cell in self.cells], hooks=self.settings.sparsity is not None
+        )
+        if obstacle:
             self.vectorize, self.training_note = vectorize_choice(
-                self.recipe.run.vectorize, device=self.device.type, cells=len(self.cells), obstacle=probe
+                self.recipe.run.vectorize, device=self.device.type, cells=len(self.cells), obstacle=obstacle
             )
-        else:  # it trained nothing: closing gives the individuals their own tensors back, unchanged
-            probe.close()
 
     def _probe_fitness(self) -> None:
         """Vectorised cells score fitness as one batched evaluation each where the problem can; the
         training note's second line says which (the probe builds nothing and draws nothing)."""
         cell = self.cells[0]
         fitness = self.settings.problem.stacked_fitness(
-            [g.network for g in cell.neighbourhood("generator")],
-            [d.network for d in cell.neighbourhood("discriminator")],
+            *([ind.network for ind in cell.neighbourhood(role)] for role in cell.roles)
         )
         if isinstance(fitness, str):
             self.training_note += f"\nfitness: pair by pair ({fitness})"
@@ -304,12 +304,12 @@ class Driver:
             exchanged = [self.gather(cell) for cell in group]
             phases = [cell.generation_phases() for cell in group]
             jobs = [next(phase) for phase in phases]
-            declined = train_together(jobs)
+            declined = self.settings.problem.vary_together(jobs)
             if declined:  # the problem refused these individuals (checked at start: should not happen)
                 self.run_dir.log(group[0].index, f"training: looped this generation ({declined})")
-                for job in jobs:
+                for cell, job in zip(group, jobs, strict=True):
                     started = time.perf_counter()
-                    job.cell.train(job)
+                    cell.vary(job)
                     job.seconds = time.perf_counter() - started
             for cell, phase, seconds in zip(group, phases, exchanged, strict=True):
                 self.finish_step(cell, finish(phase), seconds, [0.0, 0.0])
@@ -360,10 +360,10 @@ class Driver:
         self.run_dir.append_timings({"cell": cell.index, "generation": cell.generation, **timings, **extra})
         note = f"{self.training_note}\n" if cell.index in self._unnoted else ""  # one write: one line more
         self._unnoted.discard(cell.index)
+        roles = "".join(f"{k}={record[k]:.4f} " for k in record if k.endswith("_loss"))  # the problem's keys
+        roles += "".join(f"{k}={record[k]:.3g} " for k in record if k.startswith("lr_"))
         self.run_dir.log(
-            cell.index,
-            f"{note}generation={cell.generation} g_loss={record['g_loss']:.4f} d_loss={record['d_loss']:.4f} "
-            f"lr_g={record['lr_g']:.3g} lr_d={record['lr_d']:.3g} mixture_score={record['mixture_score']:.4f}",
+            cell.index, f"{note}generation={cell.generation} {roles}mixture_score={record['mixture_score']:.4f}"
         )
         run = self.recipe.run
         if run.samples_every and cell.generation % run.samples_every == 0:  # before the hook, which may show it
@@ -398,8 +398,8 @@ class Driver:
 
     # -------------------------------------------------------------------------------- end
     def finish(self, interrupted: bool) -> dict[str, Any]:
-        """Score every cell's best generator and its mixture ensemble on the validation and the test
-        stream; pick the best on validation."""
+        """Score every cell's best individual of the scored role and its mixture ensemble on the
+        validation and the test stream; pick the best on validation."""
         cells = self.score()
         best = best_cell(cells)
         self.pictures(self.cells[[c.index for c in self.cells].index(int(best))], "final-best")
@@ -410,6 +410,7 @@ class Driver:
             cells,
             interrupted,
             self.settings.problem.describe(),
+            self.settings.problem.roles[0],
         )
 
     def score(self) -> dict[str, Any]:
@@ -433,17 +434,17 @@ def best_cell(scores: Mapping[str, Any]) -> str:
     return min(scores, key=lambda c: scores[c]["validation"]["mixture_score"])
 
 
-def mean_over_cells(scores: Mapping[str, Any]) -> dict[str, dict[str, float]]:
-    """The test metrics of every cell's mixture and of every cell's best generator, averaged over the
-    cells: figures no choice among the cells has touched."""
+def mean_over_cells(scores: Mapping[str, Any], alone: Role) -> dict[str, dict[str, float]]:
+    """The test metrics of every cell's mixture and of every cell's best individual of the scored role
+    (``alone``: a GAN's generator), averaged over the cells: figures no choice among the cells touched."""
     means: dict[str, dict[str, float]] = {}
-    for part in ("mixture", "generator"):
+    for part in ("mixture", alone):
         keys = next(iter(scores.values()))[part]
         means[part] = {key: statistics.fmean(float(s[part][key]) for s in scores.values()) for key in keys}
     return means
 
 
-def reported(scores: Mapping[str, Any]) -> dict[str, Any]:
+def reported(scores: Mapping[str, Any], alone: Role) -> dict[str, Any]:
     """What a run reports of its cells' scores: the mixture chosen on validation, on test and (labelled)
     on validation, and the test means over the cells; summary.json and ``evogan evaluate`` hold these."""
     best = best_cell(scores)
@@ -452,7 +453,7 @@ def reported(scores: Mapping[str, Any]) -> dict[str, Any]:
         "best_cell": int(best),
         "best_mixture": scores[best]["mixture"],
         "best_mixture_validation": scores[best]["validation"]["mixture"],
-        "mean_over_cells": mean_over_cells(scores),
+        "mean_over_cells": mean_over_cells(scores, alone),
     }
 
 
@@ -463,6 +464,7 @@ def write_summary(
     cells: Mapping[str, Any],
     interrupted: bool,
     problem: Mapping[str, Any],
+    alone: Role,
 ) -> dict[str, Any]:
     """Pick the best mixture among ``cells`` (every cell's scores) on the validation stream, report it on
     the test stream beside its validation figures, write summary.json and the plots.
@@ -476,7 +478,7 @@ def write_summary(
         "generations": max(int(scores["generation"]) for scores in cells.values()),
         "interrupted": interrupted,
         "cells": dict(cells),
-        **reported(cells),
+        **reported(cells, alone),
     }
     if problem:
         summary["problem"] = dict(problem)
@@ -492,20 +494,22 @@ def write_summary(
 
 
 def score_cells(cells: Sequence[Cell], settings: CellSettings, seed: int) -> dict[str, Any]:
-    """Each cell's best generator alone and its mixture, on both score streams (:mod:`evogan.rng`): the
-    test figures at the top (``generator``, ``mixture``, ``mixture_score``: what is reported), the
-    validation figures under ``validation`` (what chooses). Every cell sees the same noise of a stream."""
+    """Each cell's best individual of the scored role alone (under that role's name: a GAN's
+    ``generator``) and its mixture, on both score streams (:mod:`evogan.rng`): the test figures at the top
+    (the role, ``mixture``, ``mixture_score``: what is reported), the validation figures under
+    ``validation`` (what chooses). Every cell sees the same noise of a stream."""
     problem = settings.problem
+    alone = problem.roles[0]
     scores: dict[str, Any] = {}
     for cell in cells:
         _, networks, weights = cell.mixture_ensemble()
         streams: dict[str, dict[str, Any]] = {}
         for stream in SCORE_STREAMS:
             single = problem.evaluate_on(
-                [cell.best_generator()], [1.0], stream=stream, generator=score_generator(seed, stream)
+                [cell.best_scored()], [1.0], stream=stream, generator=score_generator(seed, stream)
             )
             mixture = problem.evaluate_on(networks, weights, stream=stream, generator=score_generator(seed, stream))
-            streams[stream] = {"generator": single, "mixture": mixture, "mixture_score": problem.objective(mixture)}
+            streams[stream] = {alone: single, "mixture": mixture, "mixture_score": problem.objective(mixture)}
         scores[str(cell.index)] = {
             "generation": cell.generation,
             **streams["test"],
@@ -513,9 +517,7 @@ def score_cells(cells: Sequence[Cell], settings: CellSettings, seed: int) -> dic
             "weights": {str(c): w for c, w in cell.mixture.items()},
         }
         if settings.sparsity is not None:
-            scores[str(cell.index)]["sparsity"] = settings.sparsity.metrics(
-                cell.best("generator"), cell.best("discriminator")
-            )
+            scores[str(cell.index)]["sparsity"] = settings.sparsity.metrics(*(cell.best(r) for r in cell.roles))
     return scores
 
 
@@ -527,7 +529,7 @@ def load_cells(run_dir: RunDirectory, settings: CellSettings, topology: Topology
         cell.load_state(run_dir.load_checkpoint(cell.index, points[cell.index]))
     for cell in cells:
         for peer in cell.neighbours:
-            cell.foreign[peer] = {role: cells[peer].best(role) for role in ROLES}
+            cell.foreign[peer] = {role: cells[peer].best(role) for role in cell.roles}
     return cells
 
 

@@ -97,6 +97,7 @@ class WorkerDriver(Driver):
             cells,
             any(part["interrupted"] for part in parts),
             parts[0]["problem"],
+            self.settings.problem.roles[0],
         )
 
 

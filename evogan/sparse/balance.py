@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -25,7 +25,8 @@ from evogan.sparse.defaults import DEFAULT_CLIP, DEFAULT_EPS
 if TYPE_CHECKING:
     from torch import nn
 
-    from evogan.api import GeneratorStep, Problem
+    from evogan.adversarial import AdversarialProblem
+    from evogan.api import GeneratorStep
 
 
 
@@ -72,7 +73,7 @@ def calibrated_band(history: Sequence[float], width: float, min_width: float) ->
 
 @torch.no_grad()
 def measure(
-    problem: Problem, discriminator: nn.Module, generator: nn.Module, step: GeneratorStep
+    problem: AdversarialProblem[Any], discriminator: nn.Module, generator: nn.Module, step: GeneratorStep
 ) -> list[float]:
     """One ``[fG, fD, r]`` sample after a generator step: 1 G forward and 2 D forwards, no backward.
 

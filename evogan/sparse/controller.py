@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from evogan.api import GeneratorStep, Problem, SparsityController
 from evogan.lazy import lazy
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
+    from evogan.adversarial import AdversarialProblem
     from evogan.individual import Individual
     from evogan.sparse import balance, dst, flops, sema
     from evogan.sparse import masks as _masks
@@ -75,7 +76,7 @@ class MaskedController(SparsityController[StaticOptions]):
         masks = _masks.random_masks(params, counts, generator=generator)
         if o.init == "fan_in":
             _masks.scale_to_active_fan_in(individual.network, masks)
-        _masks.apply_masks(params, masks, individual.optimizer)
+        _masks.apply_masks(params, masks, individual.trainer)
         seed = int(torch.randint(0, 2**62, (1,), generator=generator, device=generator.device))
         individual.sparse.clear()
         individual.sparse.update(
@@ -126,7 +127,7 @@ class MaskedController(SparsityController[StaticOptions]):
         o = self.opts
         gs = generator.sparse
         params = _params(generator)
-        _masks.apply_masks(params, _state.masks_of(generator), generator.optimizer)
+        _masks.apply_masks(params, _state.masks_of(generator), generator.trainer)
         gs["steps"] += 1
         g_cost = _cost(generator, step.z)
         d_cost = _cost(discriminator, step.real)
@@ -152,7 +153,7 @@ class MaskedController(SparsityController[StaticOptions]):
                 fraction,
                 growth=growth,
                 generator=_event_rng(gs),
-                optimizer=generator.optimizer,
+                optimizer=generator.trainer,
                 moments=o.grown_moments,
             )
             _set_masks(generator, new_masks)
@@ -182,7 +183,8 @@ class MaskedController(SparsityController[StaticOptions]):
         if o.br_freq and state["clock"] % o.br_freq == 0:
             state["due"] = min(state["due"] + 1, size)
         if o.br_freq and state["due"] and d_cost is not None:
-            sample = balance.measure(problem, discriminator.network, generator.network, step)
+            gan = cast("AdversarialProblem[Any]", problem)
+            sample = balance.measure(gan, discriminator.network, generator.network, step)
             balance.push(state["window"], sample, size)
             state["due"] -= 1
             state["samples"] += 1
@@ -217,7 +219,7 @@ class MaskedController(SparsityController[StaticOptions]):
     def after_discriminator_step(self, discriminator: Individual) -> None:
         ds = discriminator.sparse
         params = _params(discriminator)
-        _masks.apply_masks(params, _state.masks_of(discriminator), discriminator.optimizer)
+        _masks.apply_masks(params, _state.masks_of(discriminator), discriminator.trainer)
         ds["steps"] += 1
         if "cost" in ds and "g_cost" in ds:
             d_cost, g_cost, batch = ds["cost"], ds["g_cost"], ds["batch"]
@@ -289,7 +291,7 @@ class MaskedController(SparsityController[StaticOptions]):
         update: dict[str, Any] = {
             "growth": o.d_growth,
             "generator": _event_rng(ds),
-            "optimizer": discriminator.optimizer,
+            "optimizer": discriminator.trainer,
             "moments": o.grown_moments,
         }
         # The last move did not act on BR: back to the density it started from (the mask is resized by the

@@ -38,6 +38,7 @@ from evogan.testing.contracts import (
     check_topology,
     individuals,
 )
+from evogan.testing.problem_contract import check_problem
 
 TINY_RECIPE = Path(__file__).with_name("tiny.toml")
 # The tiny recipe's 8 modes of std 0.02 on a ring of radius 2 are out of reach in a few batches: every
@@ -129,6 +130,7 @@ __all__ = [
     "check_networks",
     "check_options",
     "check_pairing",
+    "check_problem",
     "check_selection",
     "check_topology",
     "individuals",

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
+from evogan.adversarial import AdversarialProblem
 from evogan.api import (
     ComponentOptions,
     Dataset,
@@ -23,7 +24,6 @@ from evogan.api import (
     Loss,
     Metric,
     Networks,
-    Problem,
     ProblemContext,
     Role,
     Sampler,
@@ -147,7 +147,7 @@ class GanOptions(ComponentOptions):
         )
 
 
-class GanProblem(Problem[GanOptions]):
+class GanProblem(AdversarialProblem[GanOptions]):
     """Generators against discriminators, as in Lipizzaner (Schmiedlechner et al. 2018)."""
 
     name: ClassVar[str] = "gan"
@@ -356,7 +356,7 @@ class GanProblem(Problem[GanOptions]):
         for network, _ in weighted:
             network.requires_grad_(False)  # the defenders' gradients are not needed: skip computing them
         try:
-            attacker.optimizer.zero_grad(set_to_none=True)
+            attacker.trainer.zero_grad(set_to_none=True)
             fake = attacker.network(z)
             if isinstance(defender, nn.Module):
                 fake_logits = defender(fake)
@@ -368,7 +368,7 @@ class GanProblem(Problem[GanOptions]):
                 for (_, weight), logits in zip(weighted, all_logits, strict=True):
                     loss = loss + weight * self.loss.generator_loss(logits, generator=generator)
             loss.backward()
-            attacker.optimizer.step()
+            attacker.trainer.step()
         finally:
             for network, _ in weighted:
                 network.requires_grad_(True)
@@ -380,7 +380,7 @@ class GanProblem(Problem[GanOptions]):
         z = self.noise(real.shape[0], generator)
         with torch.no_grad():
             fake = defender(z)
-        attacker.optimizer.zero_grad(set_to_none=True)
+        attacker.trainer.zero_grad(set_to_none=True)
         if self.joint_discriminator_batch(attacker.network):
             # One forward of twice the batch: fewer, larger matrix products (same arithmetic per sample).
             real_logits, fake_logits = attacker.network(torch.cat((real, fake))).split(real.shape[0])
@@ -388,7 +388,7 @@ class GanProblem(Problem[GanOptions]):
             real_logits, fake_logits = attacker.network(real), attacker.network(fake)
         loss = self.loss.discriminator_loss(real_logits, fake_logits)
         loss.backward()
-        attacker.optimizer.step()
+        attacker.trainer.step()
         if self.options.clip_weights:  # WGAN keeps the critic Lipschitz by clipping its weights
             with torch.no_grad():
                 for parameter in attacker.network.parameters():

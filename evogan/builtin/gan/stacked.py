@@ -77,8 +77,8 @@ def unstackable(role: str, individuals: Sequence[Individual], loss: Loss, *, hoo
         )
     if any(isinstance(m, nn.modules.dropout._DropoutNd) for m in first.network.modules()):
         return f"the {role} networks use dropout (random draws inside the network)"
-    groups = first.optimizer.param_groups
-    if type(first.optimizer) is not torch.optim.Adam or len(groups) != 1:
+    groups = first.trainer.param_groups
+    if type(first.trainer) is not torch.optim.Adam or len(groups) != 1:
         return f"the {role} optimizer is not a plain torch.optim.Adam with one parameter group"
     group = groups[0]
     if group["amsgrad"] or group["weight_decay"] or group["maximize"] or group["capturable"]:
@@ -87,8 +87,8 @@ def unstackable(role: str, individuals: Sequence[Individual], loss: Loss, *, hoo
     for other in individuals[1:]:
         if signature(other.network) != shape:
             return f"the {role} networks differ in architecture"
-        theirs = other.optimizer.param_groups[0]
-        if type(other.optimizer) is not torch.optim.Adam or (theirs["betas"], theirs["eps"]) != (
+        theirs = other.trainer.param_groups[0]
+        if type(other.trainer) is not torch.optim.Adam or (theirs["betas"], theirs["eps"]) != (
             group["betas"],
             group["eps"],
         ):
@@ -165,10 +165,10 @@ class Stack:
         self.rows = {id(ind): row for row, ind in enumerate(self.individuals)}
         named = [dict(ind.network.named_parameters()) for ind in self.individuals]
         self.names = list(named[0])
-        group = self.individuals[0].optimizer.param_groups[0]
+        group = self.individuals[0].trainer.param_groups[0]
         self.betas: tuple[float, float] = group["betas"]
         self.eps: float = group["eps"]
-        states = [[ind.optimizer.state.get(p, {}) for p in ind.network.parameters()] for ind in self.individuals]
+        states = [[ind.trainer.state.get(p, {}) for p in ind.network.parameters()] for ind in self.individuals]
         blocks = [torch.stack([params[name].detach() for params in named]) for name in self.names]
         self.flat = torch.cat([block.reshape(-1) for block in blocks])
         self.exp_avg, self.exp_avg_sq = (
@@ -225,7 +225,7 @@ class Stack:
                 param, (weights, exp_avg, exp_avg_sq) = params[name], self._views[name]
                 own_params.append(param.data)
                 param.data = weights[row]
-                individual.optimizer.state[param] = {
+                individual.trainer.state[param] = {
                     "step": self.steps[row][k],
                     "exp_avg": exp_avg[row],
                     "exp_avg_sq": exp_avg_sq[row],
@@ -274,7 +274,7 @@ class Stack:
         with torch.no_grad():
             for row, individual in enumerate(self.individuals):
                 own_params, own_buffers = self._own[row]
-                optimizer = individual.optimizer
+                optimizer = individual.trainer
                 fused = bool(optimizer.param_groups[0].get("fused"))
                 for name, own in zip(self.momenta, own_buffers, strict=True):
                     module, local = _owner(individual.network, name)

@@ -1,0 +1,260 @@
+"""The adversarial problem: a generator and a discriminator population trained by gradient against each
+other (Lipizzaner's generation). GAN problems implement :class:`AdversarialProblem`; the engine sees only
+the generic :class:`evogan.api.Problem`, whose ``vary`` this class implements as training.
+
+A generation's training, looped: batch by batch, the pairing picks whom the generators face and each
+generator mutates its hyper-parameters and takes a step; then the same for the discriminators. Vectorised
+(``run.vectorize``), the cells of one process run the same steps as rows of one batched computation
+(:class:`evogan.api.StackedTraining`), each cell drawing its pairing and mutations from its own streams in
+the looped order, so the two agree within float tolerance.
+"""
+
+from __future__ import annotations
+
+import abc
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from evogan.api import (
+    ROLES,
+    GeneratorStep,
+    OptionsT,
+    Problem,
+    Role,
+    StackedTraining,
+    Variation,
+)
+from evogan.individual import Individual
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+
+class AdversarialProblem(Problem[OptionsT]):
+    """Generators and discriminators (:data:`evogan.api.ROLES`) trained by gradient steps."""
+
+    roles: ClassVar[tuple[Role, Role]] = ROLES
+    role_keys: ClassVar[tuple[str, str] | None] = ("g", "d")
+
+    @property
+    @abc.abstractmethod
+    def learning_rate(self) -> float:
+        raise NotImplementedError
+
+    def hyper(self, role: Role) -> dict[str, float]:
+        return {"lr": self.learning_rate, "lr0": self.learning_rate}
+
+    @abc.abstractmethod
+    def make_optimizer(self, role: Role, network: nn.Module, learning_rate: float) -> torch.optim.Optimizer:
+        raise NotImplementedError
+
+    @abc.abstractmethod
+    def training_batches(self, *, generator: torch.Generator, cell: int = 0) -> Iterator[torch.Tensor]:
+        """One generation's real batches for ``cell`` (a problem may give each cell its own share of
+        the data: Lipizzaner's data dieting)."""
+        raise NotImplementedError
+
+    def train_discriminator_at(self, step: int, *, cell: int = 0, generation: int = 1) -> bool:
+        """Whether the discriminators train at batch ``step`` of ``cell``'s ``generation`` (counted from
+        1; Lipizzaner's D skip)."""
+        return True
+
+    def train_generator_at(self, step: int, *, cell: int = 0, generation: int = 1) -> bool:
+        """Whether the generators train at batch ``step`` of ``cell``'s ``generation`` (``n_critic`` D
+        steps per G step, as SNGAN; a schedule over the whole run, as WGAN's, needs the generation)."""
+        return True
+
+    @abc.abstractmethod
+    def fitness_batch(self, *, generator: torch.Generator, cell: int = 0) -> torch.Tensor:
+        """The real samples one generation's fitness evaluations of ``cell`` share."""
+        raise NotImplementedError
+
+    @abc.abstractmethod
+    def generator_step(
+        self,
+        attacker: Individual,
+        defender: nn.Module | Sequence[tuple[nn.Module, float]],
+        real: torch.Tensor,
+        *,
+        generator: torch.Generator,
+    ) -> GeneratorStep:
+        """One optimizer step of ``attacker`` against one discriminator, or against several: then the
+        loss is the weighted sum over ``(network, weight)`` pairs on the same batch and noise, and
+        ``fake_logits_pre`` comes from the first pair's network."""
+        raise NotImplementedError
+
+    @abc.abstractmethod
+    def discriminator_step(
+        self, attacker: Individual, defender: nn.Module, real: torch.Tensor, *, generator: torch.Generator
+    ) -> None:
+        raise NotImplementedError
+
+    @abc.abstractmethod
+    def discriminator_logits(
+        self, discriminator: nn.Module, generator_net: nn.Module, z: torch.Tensor, real: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """No-grad ``(D(G(z)), D(real))`` logits; used by the balance ratio."""
+        raise NotImplementedError
+
+    def stacked_training(
+        self, generators: Sequence[Individual], discriminators: Sequence[Individual], *, hooks: bool = False
+    ) -> StackedTraining | str:
+        """These individuals' training as one batched computation, or a one-line reason why it cannot
+        be (then each individual trains on its own, through the steps above). ``hooks``: a sparsity
+        controller acts on each individual after every step (see :class:`StackedTraining`)."""
+        return f"problem {self.name} trains one individual at a time"
+
+    # ------------------------------------------------------------------------------ variation = training
+    def vary(self, job: Variation) -> None:
+        _begin(job)
+        gens, discs = job.members["generator"], job.members["discriminator"]
+        rnd, sparsity, pairing, mutate = job.rnd, job.sparsity, job.pairing, job.mutation.mutate
+        for_g, for_d = job.opponents["generator"], job.opponents["discriminator"]
+        where = {"cell": job.cell_index, "generation": job.generation}
+        for step, real in enumerate(_batches(self, job)):
+            if self.train_generator_at(step, **where):
+                faced = pairing.generator_opponents(for_g, rng=rnd.numpy)
+                principal = faced[0][0]
+                # One opponent keeps the plain call (and its exact arithmetic); several are weighted.
+                defence = principal.network if len(faced) == 1 else [(d.network, w) for d, w in faced]
+                for g in gens:
+                    g.set_hyper(mutate(g.hyper, rng=rnd.numpy))
+                    info = self.generator_step(g, defence, real, generator=rnd.torch)
+                    info.step = step
+                    if sparsity is not None:
+                        sparsity.after_generator_step(g, principal, info, self)
+            if not self.train_discriminator_at(step, **where):
+                continue
+            defender = pairing.discriminator_opponent(for_d, rng=rnd.numpy)
+            for d in discs:
+                d.set_hyper(mutate(d.hyper, rng=rnd.numpy))
+                self.discriminator_step(d, defender.network, real, generator=rnd.torch)
+                if sparsity is not None:
+                    sparsity.after_discriminator_step(d)
+        if sparsity is not None:
+            sparsity.end_generation(gens, discs)
+
+    def together_obstacle(self, populations: Sequence[Mapping[Role, Sequence[Individual]]], *, hooks: bool) -> str:
+        gens = [g for members in populations for g in members["generator"]]
+        discs = [d for members in populations for d in members["discriminator"]]
+        probe = self.stacked_training(gens, discs, hooks=hooks)
+        if isinstance(probe, str):
+            return probe
+        probe.close()  # it trained nothing: closing gives the individuals their own tensors back, unchanged
+        return ""
+
+    def vary_together(self, jobs: Sequence[Variation]) -> str:
+        gens = [g for job in jobs for g in job.members["generator"]]
+        discs = [d for job in jobs for d in job.members["discriminator"]]
+        started = time.perf_counter()
+        stacked = self.stacked_training(gens, discs, hooks=jobs[0].sparsity is not None)
+        if isinstance(stacked, str):
+            return stacked
+        try:
+            for job in jobs:
+                _begin(job)
+            _train_stacked(self, jobs, stacked, gens, discs)
+        finally:
+            stacked.close()
+        share = (time.perf_counter() - started) / len(jobs)
+        for job in jobs:
+            job.seconds = share
+        return ""
+
+
+def _begin(job: Variation) -> None:
+    """Tell the sparsity controller who trains; with selection on, which discriminators are the cell's
+    own (offspring share lineage state with them)."""
+    if job.sparsity is not None:
+        incumbents = job.incumbents.get("discriminator", ())
+        job.sparsity.begin_generation(job.members["generator"], job.members["discriminator"], incumbents)
+
+
+def _batches(problem: AdversarialProblem[Any], job: Variation) -> Iterator[torch.Tensor]:
+    """The cell's batches of this generation, with the engine's exchange points between them."""
+    for step, real in enumerate(problem.training_batches(generator=job.rnd.torch, cell=job.cell_index)):
+        job.exchange_point(step)
+        yield real
+
+
+def _train_stacked(
+    problem: AdversarialProblem[Any],
+    jobs: Sequence[Variation],
+    stacked: StackedTraining,
+    gens: list[Individual],
+    discs: list[Individual],
+) -> None:
+    """Step by step, every cell's pairing and mutations in the looped order, then one stacked step; after
+    it the sparsity hooks row by row, as the looped path calls them."""
+    pairing, mutate, sparsity = jobs[0].pairing, jobs[0].mutation.mutate, jobs[0].sparsity
+    batches = [iter(_batches(problem, job)) for job in jobs]
+    step = 0
+    while True:
+        batch = [next(it, None) for it in batches]
+        if any(real is None for real in batch):
+            if not all(real is None for real in batch):
+                raise RuntimeError("cells trained together must have the same number of batches")
+            break
+        reals: list[torch.Tensor] = [real for real in batch if real is not None]
+        if _together(jobs, problem.train_generator_at, step):
+            faced, real_g, streams = _rows(
+                jobs, reals, lambda job: pairing.generator_opponents(job.opponents["generator"], rng=job.rnd.numpy),
+                "generator", mutate,
+            )
+            infos = stacked.generator_step(faced, real_g, streams)
+            if sparsity is not None:
+                for g, chosen, info in zip(gens, faced, infos, strict=True):
+                    info.step = step
+                    sparsity.after_generator_step(g, chosen[0][0], info, problem)
+        if _together(jobs, problem.train_discriminator_at, step):
+            defenders, real_d, streams = _rows(
+                jobs,
+                reals,
+                lambda job: pairing.discriminator_opponent(job.opponents["discriminator"], rng=job.rnd.numpy),
+                "discriminator",
+                mutate,
+            )
+            stacked.discriminator_step(defenders, real_d, streams)
+            if sparsity is not None:
+                for d in discs:
+                    sparsity.after_discriminator_step(d)
+        step += 1
+    if sparsity is not None:
+        for job in jobs:
+            sparsity.end_generation(job.members["generator"], job.members["discriminator"])
+
+
+def _rows(
+    jobs: Sequence[Variation],
+    reals: Sequence[torch.Tensor],
+    pick: Callable[[Variation], Any],
+    role: Role,
+    mutate: Callable[..., dict[str, float]],
+) -> tuple[list[Any], list[torch.Tensor], list[torch.Generator]]:
+    """One step's rows of one role: whom each individual faces, its real batch and its cell's torch
+    stream; each cell draws its pairing, then each member's mutation, from its own streams."""
+    chosen_rows: list[Any] = []
+    real_rows: list[torch.Tensor] = []
+    streams: list[torch.Generator] = []
+    for job, real in zip(jobs, reals, strict=True):
+        chosen = pick(job)
+        for individual in job.members[role]:
+            individual.set_hyper(mutate(individual.hyper, rng=job.rnd.numpy))
+            chosen_rows.append(chosen)
+            real_rows.append(real)
+            streams.append(job.rnd.torch)
+    return chosen_rows, real_rows, streams
+
+
+def _together(jobs: Sequence[Variation], schedule: Callable[..., bool], step: int) -> bool:
+    """The schedule's answer at ``step``, the same for every cell trained together (stacked rows cannot
+    skip a step one by one)."""
+    answers = {schedule(step, cell=job.cell_index, generation=job.generation) for job in jobs}
+    if len(answers) > 1:
+        raise RuntimeError(f"cells trained together disagree on whether to train at batch {step}")
+    return answers.pop()
+
+
+__all__ = ["AdversarialProblem"]

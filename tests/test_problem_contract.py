@@ -1,0 +1,55 @@
+"""The problem seam: the GAN problem passes the generic problem contract, a problem must name two roles,
+and a GAN problem written against 0.2's GAN-shaped ``Problem`` still registers, with a warning."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import pytest
+
+from evogan.adversarial import AdversarialProblem
+from evogan.api import Problem
+from evogan.builtin.gan.problem import GanProblem
+from evogan.errors import ComponentConflictError
+from evogan.registry import Registry
+from evogan.testing import check_problem
+
+SMALL = {
+    "batch_size": 16,
+    "batches_per_generation": 2,
+    "fitness_samples": 32,
+    "score_samples": 64,
+    "data": {"use": "gaussian_ring", "samples": 256},
+    "network": {"use": "mlp_2d", "latent_size": 4, "hidden": 8},
+}
+
+
+def test_the_gan_problem_passes_the_generic_problem_contract() -> None:
+    produced = check_problem(GanProblem, SMALL)
+    g_loss, d_loss = produced["fitness"]
+    assert g_loss.shape == (4, 4) and d_loss.shape == (4, 4)  # two members and two mates per role
+    assert set(produced["metrics"]) == {"modes_covered", "hq_fraction", "tvd"}
+
+
+def test_a_problem_without_two_distinct_roles_is_refused() -> None:
+    class OneRole(GanProblem):
+        name: ClassVar[str] = "one_role"
+        roles: ClassVar[tuple[str, str]] = ("generator", "generator")
+
+    with pytest.raises(ComponentConflictError, match="two distinct roles"):
+        Registry("problem").add(OneRole, "test")
+
+
+def test_a_gan_problem_written_against_the_old_problem_contract_still_registers() -> None:
+    internal = {"__dict__", "__weakref__", "__abstractmethods__", "_abc_impl", "__orig_bases__", "__parameters__"}
+    methods: dict[str, Any] = {k: v for k, v in vars(GanProblem).items() if k not in internal}
+    methods.update(name="legacy_gan", __module__="third_party.gan")
+    legacy = type("LegacyGan", (Problem,), methods)
+    assert not issubclass(legacy, AdversarialProblem)
+    registry = Registry("problem")
+    with pytest.warns(DeprecationWarning, match="AdversarialProblem"):
+        registry.add(legacy, "third-party")
+    adapted = registry.get("legacy_gan")
+    assert issubclass(adapted, legacy) and issubclass(adapted, AdversarialProblem)
+    assert not adapted.__abstractmethods__  # nothing left to implement: its training is AdversarialProblem.vary
+    assert adapted.vary is AdversarialProblem.vary and adapted.roles == ("generator", "discriminator")
