@@ -1,0 +1,286 @@
+"""Sorting networks (Hillis 1990): the spatial grid against a panmictic population at equal evaluations.
+
+Both coevolve hosts (sorting networks) against parasites (sets of binary test vectors) with the
+``sortnet`` problem (``plugins/evogan-sortnet``), from ``recipes/sortnet.toml`` with the settings below,
+every cell in this process, until a fixed budget of host-by-vector tests (``evaluations``: what the
+problem's fitness ran; exhaustive checks are measurement and not counted); a run stops at the first
+generation end at or past the budget (an overshoot of at most one generation, logged).
+
+- ``grid-RxC``: a torus, one host and one parasite per cell, tournament of 2 in the von Neumann
+  neighbourhood, the offspring replacing the cell's own only if better (the engine's default). 5x5 by
+  default: each cell sees 5 of 25 individuals, so good networks take generations to spread (the point
+  of Hillis' spatial grid), while a generation still costs only about 0.25 s on one core.
+- ``panmictic-N``: one cell of ``N = R x C`` hosts and parasites, tournament of 3 among all and
+  generational replacement, in the manner of DEAP's ``examples/coev/hillis.py`` (``eaSimple``-style).
+
+Both get the same total population, operators and vectors per parasite. 16 inputs start from Green's
+first 32 comparators (``prefix_layers = 4``) and evolve 40 more, as Hillis seeded his hosts; 12 inputs
+evolve 60 comparators from scratch. Figures per configuration: runs that verified a correct network
+within the budget, the smallest correct one (effective comparators: no-ops and never-swapping
+comparators pruned), and evaluations to the first correct one; compared with Hillis' 61 comparators
+(16 inputs) and the best known 39 (12) and 60 (16). Budgets: 4e7 tests for 12 inputs, 1e8 for 16 (a
+5x5 grid runs 55,000 (16 inputs) to 75,000 (12) tests a second on one core here: a 16-input grid
+run takes about 30 minutes, the panmictic control about a third of that). One JSON line per run goes to
+``benchmarks/logs/sortnet/<commit>.jsonl``; ``--summarise`` prints the table from such logs alone. Usage:
+
+    .venv/bin/python benchmarks/sortnet.py --list                       # the configurations, no runs
+    .venv/bin/python benchmarks/sortnet.py                              # 12 and 16 inputs, 5 seeds (4-5 h)
+    .venv/bin/python benchmarks/sortnet.py --inputs 12 --seeds 1 2      # a part
+    .venv/bin/python benchmarks/sortnet.py --quick                      # smoke: 8 inputs, 3x3, < 1 minute
+    .venv/bin/python benchmarks/sortnet.py --summarise                  # every log of benchmarks/logs/sortnet
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import LOGS, ROOT, append_log, git_commit, log_path, machine, quiet_overrides, read_logs
+
+from evogan import hookimpl
+from evogan.plugins import make_plugin_manager
+from evogan.runtime.single import prepare, run_in_process
+
+SCRIPT = "sortnet"
+RECIPE = ROOT / "recipes" / "sortnet.toml"
+HILLIS = {16: 61}  # Hillis 1990, with parasites (65 without)
+BEST_KNOWN = {8: 19, 12: 39, 16: 60}
+# Per number of inputs: the problem's settings and the default budget of host-by-vector tests.
+PROBLEMS: dict[int, tuple[tuple[str, ...], int]] = {
+    # the smoke: a 3x3 grid's first correct network came at about 1.1M tests (seed 1)
+    8: (("problem.prefix_layers=0", "problem.comparators=32", "problem.vectors=12"), 1_250_000),
+    # a 5x5 grid's first correct network came at 8M tests (53 comparators, seed 1): room to shrink it
+    12: (("problem.prefix_layers=0", "problem.comparators=60"), 40_000_000),
+    # after 8M tests a 5x5 grid's best host sorted 98.4 % of all inputs (seed 1)
+    16: (("problem.prefix_layers=4", "problem.comparators=40"), 100_000_000),
+}
+NEVER = 10**9  # generations: runs end at their evaluation budget, never by length
+
+
+@dataclass(frozen=True)
+class Configuration:
+    name: str
+    inputs: int
+    overrides: tuple[str, ...]
+    population: int
+    what: str
+
+
+def parse_grid(text: str) -> tuple[int, int]:
+    rows, _, cols = text.partition("x")
+    if not (rows.isdigit() and cols.isdigit() and int(rows) > 0 and int(cols) > 0):
+        raise SystemExit(f"--grid: {text!r} is not ROWSxCOLS")
+    return int(rows), int(cols)
+
+
+def plan(args: argparse.Namespace) -> list[Configuration]:
+    rows, cols = parse_grid(args.grid)
+    size = rows * cols
+    configs = []
+    for inputs in args.inputs:
+        if inputs not in PROBLEMS:
+            raise SystemExit(f"--inputs: {inputs} has no settings here (choose from {', '.join(map(str, PROBLEMS))})")
+        problem = (f"problem.inputs={inputs}", *PROBLEMS[inputs][0])
+        grid = (
+            f"topology.rows={rows}",
+            f"topology.cols={cols}",
+            "population.size=1",
+            'selection={use="tournament", size=2}',
+            'population.replacement="if_better"',
+        )
+        panmictic = (
+            "topology.rows=1",
+            "topology.cols=1",
+            f"population.size={size}",
+            'selection={use="tournament", size=3}',
+            'population.replacement="generational"',
+        )
+        what = "torus, 1 per cell, tournament 2 in the neighbourhood, replace if better"
+        configs.append(Configuration(f"grid-{rows}x{cols}", inputs, (*problem, *grid), size, what))
+        what = "one cell, tournament 3 among all, generational (DEAP hillis.py style)"
+        configs.append(Configuration(f"panmictic-{size}", inputs, (*problem, *panmictic), size, what))
+    if args.configs:
+        unknown = set(args.configs) - {c.name for c in configs}
+        if unknown:
+            raise SystemExit(f"--configs: unknown {', '.join(sorted(unknown))}; see --list")
+        configs = [c for c in configs if c.name in args.configs]
+    return configs
+
+
+class Budget:
+    """Watches the records' evaluation counter (this process runs every cell, so it is the run's) and
+    says when the budget is spent; keeps the newest record's problem metrics."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.latest: dict[str, float] = {"evaluations": 0.0}
+        self.generation = 0
+
+    @hookimpl
+    def evogan_generation_end(self, generation: int, record: Mapping[str, Any]) -> None:
+        metrics = record["mixture_metrics"]
+        if metrics["evaluations"] >= self.latest["evaluations"]:
+            self.latest = dict(metrics)
+        self.generation = max(self.generation, generation)
+
+    def spent(self) -> bool:
+        return self.latest["evaluations"] >= self.budget
+
+
+def budget_of(args: argparse.Namespace, inputs: int) -> int:
+    return int(args.budget) if args.budget else PROBLEMS[inputs][1]
+
+
+def run_one(args: argparse.Namespace, config: Configuration, seed: int, output: Path) -> dict[str, Any]:
+    budget = budget_of(args, config.inputs)
+    overrides = [
+        *quiet_overrides(seed, NEVER, args.threads, output),
+        "run.workers=1",
+        "mixture.enabled=false",
+        *config.overrides,
+        *args.set,
+    ]
+    watch = Budget(budget)
+    prepared = prepare(RECIPE, overrides=overrides, pm=make_plugin_manager(extra=[watch]))
+    commit, dirty = git_commit()
+    before, started = machine(), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    clock = time.perf_counter()
+    run_in_process(prepared, stop=watch.spent)
+    wall = time.perf_counter() - clock
+    final = watch.latest
+    first = int(final.get("first_correct_at", 0))
+    return {
+        "script": SCRIPT,
+        "config": config.name,
+        "what": config.what,
+        "inputs": config.inputs,
+        "population": config.population,
+        "seed": seed,
+        "budget": budget,
+        "recipe": str(RECIPE.relative_to(ROOT)),
+        "set": list(args.set),
+        "overrides": [o for o in overrides if not o.startswith("run.output_dir=")],
+        "commit": commit,
+        "dirty": dirty,
+        "generations": watch.generation,
+        "evaluations": int(final["evaluations"]),
+        "found": first > 0,
+        "first_correct_at": first or None,
+        "smallest_correct": int(final["smallest_correct"]) or None,
+        "smallest_correct_at": int(final["smallest_correct_at"]) or None,
+        "best_sorted": float(final["best_sorted"]),
+        "wall_s": wall,
+        "started": started,
+        "machine": {**before, "load_end": machine()["load"]},
+        "threads": args.threads,
+        "run_dir": str(prepared.run_dir.path),
+    }
+
+
+def run_matrix(args: argparse.Namespace, configs: Sequence[Configuration]) -> Path:
+    """Seeds outermost, so a matrix cut short still covers every configuration; one line per run."""
+    output = args.output_dir or Path(tempfile.mkdtemp(prefix="evogan-sortnet-"))
+    path = log_path(SCRIPT, args.log_dir)
+    for seed in args.seeds:
+        for config in configs:
+            record = run_one(args, config, seed, output)
+            append_log(path, record)
+            found = f"correct with {record['smallest_correct']}" if record["found"] else "none correct"
+            print(
+                f"{config.inputs} inputs {config.name} seed {seed}: {found}, best sorts "
+                f"{record['best_sorted']:.4f} ({record['generations']} generations, {record['wall_s']:.0f} s)",
+                flush=True,
+            )
+    return path
+
+
+# ------------------------------------------------------------------------------------------ tables
+def median(values: Sequence[float], spec: str = ".3g") -> str:
+    return format(statistics.median(values), spec) if values else "-"
+
+
+def table(records: Sequence[Mapping[str, Any]]) -> str:
+    groups: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
+    for record in records:
+        key = (record["inputs"], record["budget"], " ".join(record["set"]), record["config"])
+        groups.setdefault(key, []).append(record)
+    headers = [
+        "inputs", "budget (tests)", "--set", "configuration", "seeds", "found", "smallest correct",
+        "median smallest", "median evaluations to first", "median best sorted", "Hillis", "best known",
+        "median wall s", "commit",
+    ]
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    for (inputs, budget, extra, name), runs in sorted(groups.items()):
+        runs = sorted(runs, key=lambda r: r["seed"])
+        found = [r for r in runs if r["found"]]
+        sizes = [r["smallest_correct"] for r in found]
+        commits = " ".join(sorted({r["commit"] + ("-dirty" if r["dirty"] else "") for r in runs}))
+        cells = [
+            str(inputs), f"{budget:.3g}", extra or "-", name, " ".join(str(r["seed"]) for r in runs),
+            f"{len(found)}/{len(runs)}", str(min(sizes)) if sizes else "-", median(sizes),
+            median([r["first_correct_at"] for r in found]), median([r["best_sorted"] for r in runs], ".4f"),
+            str(HILLIS.get(inputs, "-")), str(BEST_KNOWN.get(inputs, "-")), median([r["wall_s"] for r in runs]),
+            commits,
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def summarise(paths: Sequence[Path]) -> None:
+    records = [r for r in read_logs(p for p in paths if p.exists()) if r.get("script") == SCRIPT]
+    if not records:
+        raise SystemExit(f"no {SCRIPT} runs in {', '.join(map(str, paths))}")
+    print(table(records))
+
+
+# ------------------------------------------------------------------------------------------ command line
+def arguments() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--inputs", type=int, nargs="+", default=[12, 16])
+    parser.add_argument("--grid", default="5x5", help="ROWSxCOLS of the grid; the panmictic control has as many")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
+    parser.add_argument("--budget", type=float, help="host-by-vector tests per run (default: per inputs)")
+    parser.add_argument("--configs", nargs="+", help="run only these configurations (see --list)")
+    parser.add_argument("--set", nargs="+", default=[], help="further recipe overrides, KEY=VALUE")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--output-dir", type=Path, help="keep the run directories here (default: a temporary one)")
+    parser.add_argument("--log-dir", type=Path, default=LOGS, help="where sortnet/<commit>.jsonl goes")
+    parser.add_argument("--quick", action="store_true", help="smoke: 8 inputs, 3x3, one seed, logs in a temp dir")
+    parser.add_argument("--list", action="store_true", help="print the configurations and stop")
+    parser.add_argument(
+        "--summarise", type=Path, nargs="*", help="print the table of these logs (none: LOG_DIR/sortnet) and stop"
+    )
+    return parser
+
+
+def main() -> None:
+    args = arguments().parse_args()
+    if args.summarise is not None:
+        summarise(args.summarise or [args.log_dir / SCRIPT])
+        return
+    if args.quick:
+        args.inputs, args.grid, args.seeds = [8], "3x3", args.seeds[:1]
+        if args.log_dir == LOGS:  # smoke figures stay out of the kept logs
+            args.log_dir = Path(tempfile.mkdtemp(prefix="evogan-sortnet-logs-"))
+    configs = plan(args)
+    if args.list:
+        for config in configs:
+            budget = budget_of(args, config.inputs)
+            print(f"{config.inputs:3} inputs  {config.name:14} {budget:.3g} tests  {config.what}")
+            print(f"    {' '.join(config.overrides)}")
+        return
+    path = run_matrix(args, configs)
+    print(f"\nlog: {path}\n")
+    summarise([path])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,283 @@
+"""Host-parasite coevolution of sorting networks (Hillis 1990) as an evogan problem.
+
+Hosts are comparator lists, parasites are sets of binary input vectors. A host's loss against a
+parasite is the share of the parasite's vectors it leaves unsorted, the parasite's loss the share the
+host sorts: each population pushes the other towards the inputs still failed.
+
+W. D. Hillis, "Co-evolving parasites improve simulated evolution as an optimization procedure",
+Physica D 42 (1990) 228-234.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from pydantic import Field, ValidationError, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
+
+from evogan.api import ComponentOptions, Problem, ProblemContext
+from evogan.lazy import lazy
+from evogan_sortnet.known import BEST_KNOWN, layers_allowed
+from evogan_sortnet.variation import HostOperators, ParasiteOperators, RoleVariation
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from evogan.api import Variation
+    from evogan_sortnet import networks as wiring
+else:  # imported on first use: `evogan validate` and `components` read the options without torch
+    torch = lazy("torch", globals())
+    nn = lazy("torch.nn", globals())
+    wiring = lazy("evogan_sortnet.networks", globals())
+
+# Exhaustive results kept per genome; past this the cache starts afresh (a run revisits few old hosts).
+CACHE_LIMIT = 1 << 16
+
+
+@dataclass
+class Discoveries:
+    """Correct networks this process has verified: when the first was found and each new smallest.
+
+    :param history: ``(evaluations, effective comparators)`` at every new smallest, in order.
+    """
+
+    history: list[tuple[int, int]] = field(default_factory=list)
+    smallest: list[list[int]] = field(default_factory=list)  # the smallest network's comparators
+
+    def record(self, evaluations: int, size: int, pruned: torch.Tensor) -> None:
+        """A correct network of ``size`` effective comparators (``pruned``: those, as wire pairs)."""
+        if self.history and size >= self.history[-1][1]:
+            return
+        self.history.append((evaluations, size))
+        self.smallest = pruned.tolist()
+
+    @property
+    def first_at(self) -> int:
+        return self.history[0][0] if self.history else 0
+
+    @property
+    def best(self) -> int:
+        return self.history[-1][1] if self.history else 0
+
+    @property
+    def best_at(self) -> int:
+        return self.history[-1][0] if self.history else 0
+
+
+class SortingNetworks(Problem["SortingNetworks.Options"]):
+    """Hosts (sorting networks) against parasites (binary test vectors), scored with bit operations."""
+
+    name: ClassVar[str] = "sortnet"
+    description: ClassVar[str] = (
+        "host-parasite coevolution of sorting networks against binary test vectors (Hillis 1990)"
+    )
+    roles: ClassVar[tuple[str, str]] = ("host", "parasite")
+    role_keys: ClassVar[tuple[str, str]] = ("host", "parasite")
+
+    class Options(ComponentOptions):
+        inputs: int = Field(16, ge=2, le=20, description="wires to sort (the exhaustive check runs all 2^inputs)")
+        comparators: int = Field(
+            60,
+            ge=1,
+            le=1024,
+            description="genome length of a host: comparators evolved after the fixed prefix; a comparator "
+            "(i, i) is a no-op, so effective sizes vary below it",
+        )
+        vectors: int = Field(20, ge=1, le=4096, description="binary test vectors per parasite (Hillis: 10 to 20)")
+        prefix_layers: int = Field(
+            0,
+            ge=0,
+            le=5,
+            description="fixed hypercube layers before every host's comparators (power-of-two inputs only): "
+            "4 for 16 inputs gives Green's first 32 comparators, as Hillis seeded his hosts",
+        )
+        verify: bool = Field(
+            True,
+            description="check every host that sorts all of its parasites' vectors against all 2^inputs "
+            "inputs, so the first correct network is noticed when it is first tested (not counted as "
+            "evaluations)",
+        )
+        host: HostOperators = Field(default_factory=HostOperators, description="the hosts' crossover and mutation")
+        parasite: ParasiteOperators = Field(
+            default_factory=ParasiteOperators, description="the parasites' crossover and mutation"
+        )
+
+        @model_validator(mode="after")
+        def _prefix_fits(self) -> SortingNetworks.Options:
+            allowed = layers_allowed(self.inputs)
+            if self.prefix_layers > allowed:
+                why = f"{self.inputs} inputs admit {allowed}" + ("" if allowed else " (not a power of two)")
+                error = PydanticCustomError("prefix", f"{self.prefix_layers} hypercube layers asked, {why}")
+                details = [InitErrorDetails(type=error, loc=("prefix_layers",), input=self.prefix_layers)]
+                raise ValidationError.from_exception_data("SortingNetworks.Options", details)
+            return self
+
+    def __init__(self, options: SortingNetworks.Options, context: ProblemContext) -> None:
+        super().__init__(options, context)
+        self.evaluations = 0  # host-by-vector tests run by fitness in this process
+        self.checks = 0  # hosts run against every input (not evaluations: measurement)
+        self.found = Discoveries()
+        self._exhaustive: dict[bytes, tuple[int, int]] = {}
+        self._prefix = torch.empty(0, 2, dtype=torch.int64)
+        self._variation: dict[str, RoleVariation] = {}
+
+    # ------------------------------------------------------------------------------------------ setup
+    def setup(self) -> None:
+        options = self.options
+        self._prefix = wiring.hypercube_prefix(options.inputs, options.prefix_layers).to(self.context.device)
+        self._variation = {
+            "host": RoleVariation(options.host, low=0, up=options.inputs - 1, path="problem.host"),
+            "parasite": RoleVariation(options.parasite, low=0, up=1, path="problem.parasite"),
+        }
+        self._variation["host"].check(2 * options.comparators)
+        self._variation["parasite"].check(options.vectors * options.inputs)
+
+    def describe(self) -> dict[str, Any]:
+        options = self.options
+        return {
+            "inputs": options.inputs,
+            "prefix_comparators": len(self._prefix),
+            "evolved_comparators": options.comparators,
+            "max_comparators": len(self._prefix) + options.comparators,
+            "vectors_per_parasite": options.vectors,
+            "best_known_comparators": BEST_KNOWN.get(options.inputs),
+            "host_operators": f"{options.host.crossover.operator}, {options.host.mutation.operator}",
+            "parasite_operators": f"{options.parasite.crossover.operator}, {options.parasite.mutation.operator}",
+        }
+
+    # ------------------------------------------------------------------------------------------ genomes
+    def create(self, role: str, *, generator: torch.Generator) -> nn.Module:
+        options, device = self.options, self.context.device
+        if role == "host":
+            wires = torch.randint(0, options.inputs, (options.comparators, 2), generator=generator)
+            return wiring.Host(wires.to(device), self._prefix)
+        if role == "parasite":
+            bits = torch.randint(0, 2, (options.vectors, options.inputs), generator=generator)
+            return wiring.Parasite(bits.to(device=device, dtype=torch.bool))
+        raise ValueError(f"problem sortnet: no role {role!r} (roles: host, parasite)")
+
+    @staticmethod
+    def genome(role: str, network: nn.Module) -> list[int]:
+        """The flat gene list DEAP's operators see: wire numbers of hosts, bits of parasites."""
+        tensor = network.comparators if role == "host" else network.vectors
+        assert isinstance(tensor, torch.Tensor)
+        return [int(gene) for gene in tensor.flatten().tolist()]
+
+    @staticmethod
+    def write(role: str, network: nn.Module, genome: Sequence[int]) -> None:
+        """Put ``genome`` into ``network``'s buffer in place (same shape, dtype and device)."""
+        tensor = network.comparators if role == "host" else network.vectors
+        assert isinstance(tensor, torch.Tensor)
+        tensor.copy_(torch.tensor(genome, dtype=torch.int64).reshape(tensor.shape))
+
+    def vary(self, job: Variation) -> None:
+        """Crossover with a mate from the role's pool, then mutation, written into each member's genome.
+        The pool is only read: mates are copied into lists first."""
+        for role in self.roles:
+            members = job.members.get(role, [])
+            if not members:
+                continue
+            genomes = [self.genome(role, member.network) for member in members]
+            mates = [self.genome(role, mate.network) for mate in job.pool.get(role, ())]
+            children = self._variation[role].vary(genomes, mates, job.rnd.numpy)
+            for member, child in zip(members, children, strict=True):
+                self.write(role, member.network, child)
+
+    # ------------------------------------------------------------------------------------------ fitness
+    def _networks(self, hosts: Sequence[nn.Module]) -> torch.Tensor:
+        return torch.stack([host.network() for host in hosts])  # type: ignore[operator]
+
+    def fitness(
+        self,
+        first: Sequence[nn.Module],
+        second: Sequence[nn.Module],
+        data: Any,
+        *,
+        generator: torch.Generator,
+        score: Sequence[str] = roles,
+        memo: dict[nn.Module, Any] | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(host_loss[H, P], parasite_loss[P, H])``: the share of the parasite's vectors the host leaves
+        unsorted, and the share it sorts. ``memo`` keeps, per host, its counts keyed by the parasites'
+        genomes (content, never identity), so a generation's re-evaluations test only new pairs."""
+        vectors = self.options.vectors
+        parasites = torch.stack([p.vectors for p in second])  # type: ignore[misc]
+        keys = [bytes(p.vectors.cpu().numpy()) for p in second]  # type: ignore[operator]
+        rows: list[dict[bytes, int]] = [{} if memo is None else memo.setdefault(host, {}) for host in first]
+        hosts_needed = [h for h, row in enumerate(rows) if any(key not in row for key in keys)]
+        if hosts_needed:
+            columns = sorted({p for h in hosts_needed for p, key in enumerate(keys) if key not in rows[h]})
+            networks = self._networks([first[h] for h in hosts_needed])
+            counts = wiring.sorted_counts(networks, parasites[columns])
+            self.evaluations += len(hosts_needed) * len(columns) * vectors
+            for i, h in enumerate(hosts_needed):
+                rows[h].update(zip((keys[p] for p in columns), counts[i].tolist(), strict=True))
+            if self.options.verify:
+                self._verify_perfect([first[h] for h in hosts_needed], networks, counts, vectors)
+        solved = torch.tensor([[row[key] for key in keys] for row in rows], dtype=torch.float32)
+        share = solved.reshape(len(first), len(second)) / vectors
+        return 1.0 - share, share.T.contiguous()
+
+    def _verify_perfect(
+        self, hosts: Sequence[nn.Module], networks: torch.Tensor, counts: torch.Tensor, vectors: int
+    ) -> None:
+        perfect = (counts == vectors).all(dim=1).nonzero().flatten().tolist()
+        if perfect:
+            self._check([hosts[i] for i in perfect], networks[perfect])
+
+    # ------------------------------------------------------------------------------------------ scores
+    def _check(self, hosts: Sequence[nn.Module], networks: torch.Tensor | None = None) -> list[tuple[int, int]]:
+        """Each host's ``(inputs sorted, effective comparators)`` over all ``2^inputs`` inputs, cached by
+        genome; a correct one is recorded in :attr:`found` at the current evaluation count."""
+        keys = [bytes(host.comparators.cpu().numpy()) for host in hosts]  # type: ignore[operator]
+        todo = [i for i, key in enumerate(keys) if key not in self._exhaustive]
+        if todo:
+            if len(self._exhaustive) + len(todo) > CACHE_LIMIT:
+                self._exhaustive.clear()
+            stacked = networks[todo] if networks is not None else self._networks([hosts[i] for i in todo])
+            sorted_inputs, swaps = wiring.exhaustive(stacked, self.options.inputs)
+            self.checks += len(todo)
+            total = 1 << self.options.inputs
+            for j, i in enumerate(todo):
+                size = int(swaps[j].sum())
+                self._exhaustive[keys[i]] = (int(sorted_inputs[j]), size)
+                if sorted_inputs[j] == total:
+                    self.found.record(self.evaluations, size, stacked[j][swaps[j]])
+        return [self._exhaustive[key] for key in keys]
+
+    def evaluate(
+        self, networks: Sequence[nn.Module], weights: Sequence[float], *, generator: torch.Generator
+    ) -> dict[str, float]:
+        """The weighted ensemble of hosts on all ``2^inputs`` inputs (deterministic; ``generator`` unused).
+
+        ``sorted``: weighted share of inputs sorted; ``correct``, ``comparators``, ``best_sorted``: of the
+        best member with weight (most inputs sorted, then fewest effective comparators); ``evaluations``:
+        host-by-vector tests run so far in this process; ``found``, ``first_correct_at``,
+        ``smallest_correct`` and ``smallest_correct_at``: of every correct network verified in this process
+        (the ``_at`` keys in evaluations; 0 when none yet)."""
+        results = self._check(networks)
+        total = 1 << self.options.inputs
+        members = [i for i, w in enumerate(weights) if w > 0] or list(range(len(networks)))
+        best = max(members, key=lambda i: (results[i][0], -results[i][1]))
+        mass = sum(weights) or 1.0
+        return {
+            "sorted": sum(w * r[0] / total for w, r in zip(weights, results, strict=True)) / mass,
+            "best_sorted": results[best][0] / total,
+            "correct": float(results[best][0] == total),
+            "comparators": float(results[best][1]),
+            "evaluations": float(self.evaluations),
+            "found": float(bool(self.found.history)),
+            "first_correct_at": float(self.found.first_at),
+            "smallest_correct": float(self.found.best),
+            "smallest_correct_at": float(self.found.best_at),
+        }
+
+    def objective(self, metrics: Mapping[str, float]) -> float:
+        """What the mixture ES minimises: the weighted share of inputs left unsorted."""
+        return 1.0 - metrics["sorted"]
+
+
+__all__ = ["Discoveries", "SortingNetworks"]

@@ -1,0 +1,108 @@
+"""The bit-parallel evaluation against known networks and a slow pure-Python reference."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from evogan_sortnet.networks import (
+    Host,
+    all_inputs,
+    exhaustive,
+    hypercube_prefix,
+    normalise,
+    pack,
+    popcount,
+    sorted_counts,
+    unpack,
+)
+from sortnet_helpers import binary, bubble, odd_even_merge, sorts, sorts_everything, swapping
+
+FOUR = [(0, 1), (2, 3), (0, 2), (1, 3), (1, 2)]
+
+
+def check(network: list[tuple[int, int]], n: int) -> tuple[int, int]:
+    """(inputs sorted, effective comparators) of one network, through the bit-parallel code."""
+    done, swaps = exhaustive(normalise(torch.tensor([network]).reshape(1, -1, 2)), n)
+    return int(done[0]), int(swaps.sum())
+
+
+def test_the_helpers_known_networks_are_what_the_literature_says() -> None:
+    assert len(odd_even_merge(8)) == 19 and len(odd_even_merge(16)) == 63
+    assert sorts_everything(odd_even_merge(8), 8) and sorts_everything(FOUR, 4) and sorts_everything(bubble(6), 6)
+
+
+@pytest.mark.parametrize(
+    ("network", "n"),
+    [(FOUR, 4), (odd_even_merge(8), 8), (odd_even_merge(16), 16), (bubble(12), 12)],
+    ids=["4", "batcher-8", "batcher-16", "bubble-12"],
+)
+def test_known_networks_sort_every_input_and_lose_it_without_their_last_comparator(network, n: int) -> None:
+    assert check(network, n) == (1 << n, len(network))  # a textbook network has no useless comparator
+    done, _ = check(network[:-1], n)
+    assert done < 1 << n
+    # the inputs the cut network fails are exactly those the reference fails (checked where cheap)
+    if n <= 8:
+        assert done == sum(sorts(network[:-1], binary(x, n)) for x in range(1 << n))
+
+
+def test_useless_and_no_op_comparators_are_pruned_from_the_count() -> None:
+    padded = [(3, 3), *FOUR, (2, 1), (0, 1), (1, 1)]  # a no-op, a reversed duplicate, a redundant one
+    assert check(padded, 4) == (16, 5)
+
+
+def test_random_networks_match_the_reference_on_every_input() -> None:
+    draw = torch.Generator().manual_seed(3)
+    for n in (2, 3, 5, 6, 7):
+        networks = torch.randint(0, n, (6, 12, 2), generator=draw)
+        done, swaps = exhaustive(normalise(networks), n)
+        for h, network in enumerate(networks.tolist()):
+            assert int(done[h]) == sum(sorts(network, binary(x, n)) for x in range(1 << n))
+            assert int(swaps[h].sum()) == swapping(network, n)
+
+
+def test_exhaustive_splits_many_hosts_into_passes_without_changing_results() -> None:
+    networks = normalise(torch.randint(0, 10, (7, 30, 2), generator=torch.Generator().manual_seed(1)))
+    whole = exhaustive(networks, 10)
+    parts = exhaustive(networks, 10, chunk_words=10 * 16 * 2)  # two hosts per pass
+    assert all(torch.equal(a, b) for a, b in zip(whole, parts, strict=True))
+
+
+def test_sorted_counts_match_the_reference_all_against_all() -> None:
+    draw = torch.Generator().manual_seed(7)
+    for n, vectors in ((4, 3), (6, 64), (9, 70), (12, 150)):  # segments shorter than, equal to, past a word
+        networks = torch.randint(0, n, (5, 25, 2), generator=draw)
+        parasites = torch.randint(0, 2, (4, vectors, n), generator=draw).bool()
+        counts = sorted_counts(normalise(networks), parasites)
+        reference = [
+            [sum(sorts(net, vec) for vec in parasite) for parasite in parasites.int().tolist()]
+            for net in networks.tolist()
+        ]
+        assert counts.tolist() == reference
+
+
+def test_bit_planes_hold_vector_k_of_word_w_at_bit_k() -> None:
+    bits = torch.randint(0, 2, (3, 130, 5), generator=torch.Generator().manual_seed(0)).bool()
+    planes = pack(bits)
+    assert planes.shape == (3, 5, 3) and planes.dtype == torch.int64
+    assert torch.equal(unpack(planes, 130), bits)
+    assert int(planes[1, 2, 1]) >> 4 & 1 == int(bits[1, 64 + 4, 2])
+    for n in (1, 3, 6, 8):
+        everything = torch.tensor([binary(x, n) for x in range(1 << n)]).bool()
+        assert torch.equal(all_inputs(n), pack(everything))
+    assert popcount(torch.tensor([0, 1, -1, -(2**63), 0x0F0F])).tolist() == [0, 1, 64, 1, 8]
+
+
+def test_the_host_module_sorts_real_values_and_keeps_its_prefix_out_of_the_state_dict() -> None:
+    host = Host(torch.tensor(odd_even_merge(8)[4:]), torch.tensor(odd_even_merge(8)[:4]))
+    values = torch.randn(10, 8, generator=torch.Generator().manual_seed(2))
+    assert torch.equal(host(values), values.sort(dim=-1).values)
+    assert list(host.state_dict()) == ["comparators"]
+
+
+def test_the_hypercube_prefix_is_greens_first_32_comparators_for_16_inputs() -> None:
+    prefix = hypercube_prefix(16, 4)
+    assert prefix.shape == (32, 2)
+    assert prefix[:8].tolist() == [[i, i + 1] for i in range(0, 16, 2)]
+    layers = prefix.reshape(4, 8, 2)
+    assert all(sorted(layer.flatten().tolist()) == list(range(16)) for layer in layers)  # disjoint layers
+    assert hypercube_prefix(8, 0).shape == (0, 2)

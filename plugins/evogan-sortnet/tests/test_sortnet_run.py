@@ -1,0 +1,126 @@
+"""Whole runs: a 2x2 grid through the Python API (fast), and the CLI in one process, in two worker
+processes and resumed (slow). Records must agree across all of them but for the per-process counters."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from evogan.cli import _attach_commands, cli
+from evogan.testing import run_tiny
+
+# Counted per process (see evaluate's docstring): they differ between workers and after a resume.
+PER_PROCESS = ("evaluations", "found", "first_correct_at", "smallest_correct", "smallest_correct_at")
+
+RECIPE = """
+[run]
+seed = {seed}
+generations = {generations}
+checkpoint_every = 1
+samples_every = 0
+device = "cpu"
+threads = 1
+output_dir = "{output}"
+
+[topology]
+use = "torus"
+rows = 2
+cols = 2
+
+[population]
+size = 2
+
+[selection]
+use = "tournament"
+size = 2
+
+[mutation]
+use = "none"
+
+[problem]
+use = "sortnet"
+inputs = 8
+comparators = 24
+vectors = 8
+
+[problem.host.mutation]
+operator = "mutUniformInt"
+indpb = 0.05
+"""
+
+
+def write_recipe(directory: Path, *, seed: int = 3, generations: int = 4) -> Path:
+    path = directory / f"sortnet-{seed}-{generations}.toml"
+    text = RECIPE.format(seed=seed, generations=generations, output=directory / "runs")
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def records(run_dir: Path) -> list[dict[str, Any]]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return sorted((json.loads(line) for line in lines), key=lambda r: (r["generation"], r["cell"]))
+
+
+def without_counters(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        {**row, "mixture_metrics": {k: v for k, v in row["mixture_metrics"].items() if k not in PER_PROCESS}}
+        for row in rows
+    ]
+
+
+def test_a_2x2_grid_runs_through_the_python_api_and_repeats_itself(tmp_path: Path) -> None:
+    recipe = write_recipe(tmp_path)
+    first, second = run_tiny(recipe), run_tiny(recipe)
+    assert (first / "metrics.jsonl").read_bytes() == (second / "metrics.jsonl").read_bytes()
+    rows = records(first)
+    assert [(r["generation"], r["cell"]) for r in rows] == [(g, c) for g in range(1, 5) for c in range(4)]
+    assert {"host_loss", "parasite_loss", "neighbourhood_host", "neighbourhood_parasite"} <= set(rows[0])
+    evaluations = [r["mixture_metrics"]["evaluations"] for r in rows]
+    assert evaluations == sorted(evaluations) and evaluations[0] > 0  # one process: a running count
+    summary = json.loads((first / "summary.json").read_text())
+    assert summary["problem"]["inputs"] == 8 and 0 < summary["best_mixture"]["sorted"] <= 1
+    other = run_tiny(write_recipe(tmp_path, seed=4))
+    assert (other / "metrics.jsonl").read_bytes() != (first / "metrics.jsonl").read_bytes()
+
+
+def invoke(*args: str) -> Any:
+    _attach_commands()
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+def run_dir_of(output: Path) -> Path:
+    (found,) = output.glob("sortnet-*")
+    return found
+
+
+@pytest.mark.slow
+def test_the_cli_runs_in_one_process_in_two_workers_and_resumed_with_the_same_records(tmp_path: Path) -> None:
+    recipe = write_recipe(tmp_path, generations=4)
+    runs = {}
+    for name, extra in (("single", ()), ("workers", ("--workers", "2")), ("cut", ("--generations", "2"))):
+        output = tmp_path / name
+        result = invoke("run", str(recipe), "--output-dir", str(output), "--quiet", *extra)
+        assert result.exit_code == 0, result.output
+        runs[name] = run_dir_of(output)
+    resumed = invoke("run", "--resume", str(runs["cut"]), "--generations", "4", "--quiet")
+    assert resumed.exit_code == 0, resumed.output
+    single = records(runs["single"])
+    assert len(single) == 16
+    assert without_counters(records(runs["workers"])) == without_counters(single)
+    assert without_counters(records(runs["cut"])) == without_counters(single)
+    # the counters restart with each process: two workers each count their own cells' tests
+    assert records(runs["workers"])[-1]["mixture_metrics"]["evaluations"] < single[-1]["mixture_metrics"]["evaluations"]
+    evaluated = invoke("evaluate", str(runs["single"]), "--json")
+    assert evaluated.exit_code == 0, evaluated.output
+
+
+def test_the_shipped_recipe_runs_a_generation(tmp_path: Path) -> None:
+    recipe = Path(__file__).resolve().parents[3] / "recipes" / "sortnet.toml"
+    overrides = ["run.generations=1", f"run.output_dir={json.dumps(str(tmp_path))}", "topology.rows=2"]
+    run_dir = run_tiny(recipe, overrides=overrides)
+    (row, *_) = records(run_dir)
+    assert row["mixture_metrics"]["evaluations"] > 0 and 0 < row["mixture_metrics"]["sorted"] < 1
