@@ -151,7 +151,7 @@ def cli_reference(group: click.Group) -> str:
 
 
 # The public contract with third-party plugins: each module's __all__, and the hooks of evogan.hookspecs.
-PUBLIC_MODULES = ("evogan", "evogan.api", "evogan.adversarial", "evogan.hookspecs", "evogan.testing")
+PUBLIC_MODULES = ("evogan", "evogan.api", "evogan.adversarial", "evogan.genetic", "evogan.hookspecs", "evogan.testing")
 
 
 def _summary(thing: Any) -> str:

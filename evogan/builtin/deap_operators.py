@@ -13,9 +13,7 @@ so a run stays reproducible per cell and generation and no one else's random num
 
 from __future__ import annotations
 
-import difflib
 import inspect
-import random
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -24,6 +22,7 @@ from deap import base, tools
 from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from evogan import genetic
 from evogan.api import ComponentOptions, Selection
 from evogan.errors import UserError
 from evogan.hookspecs import Register, hookimpl
@@ -37,7 +36,7 @@ RESERVED = ("individuals", "k", "fit_attr")
 
 def operators() -> list[str]:
     """The selection operators of ``deap.tools`` (``sel*`` functions)."""
-    return sorted(name for name in dir(tools) if name.startswith("sel") and inspect.isfunction(getattr(tools, name)))
+    return genetic.operators("sel")
 
 
 def _argument_error(key: str, message: str, value: Any) -> ValidationError:
@@ -69,12 +68,7 @@ class DeapSelection(Selection["DeapSelection.Options"]):
         @field_validator("operator")
         @classmethod
         def _exists(cls, value: str) -> str:
-            known = operators()
-            if value not in known:
-                close = difflib.get_close_matches(value, known, n=1)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
-                raise ValueError(f"{value!r} is not a DEAP selection operator{hint}; available: {', '.join(known)}")
-            return value
+            return genetic.known_operator(value, "sel", "selection")
 
         @model_validator(mode="after")
         def _arguments_fit(self) -> DeapSelection.Options:
@@ -104,17 +98,14 @@ class DeapSelection(Selection["DeapSelection.Options"]):
         self, population: Sequence[Individual], k: int, *, rng: np.random.Generator
     ) -> list[Individual]:
         select: Callable[..., list[Individual]] = self.toolbox.select
-        saved = random.getstate()
-        random.seed(int(rng.integers(2**63)))  # one draw from the cell's stream decides DEAP's draws
         try:
-            return list(select(list(population), k))
+            with genetic.seeded(rng):  # one draw from the cell's stream decides DEAP's draws
+                return list(select(list(population), k))
         except (TypeError, ValueError, IndexError, ZeroDivisionError) as exc:
             raise UserError(
                 f"selection.operator: {self.options.operator} failed on {len(population)} individuals "
                 f"(k={k}): {exc}"
             ) from exc
-        finally:
-            random.setstate(saved)
 
 
 @hookimpl

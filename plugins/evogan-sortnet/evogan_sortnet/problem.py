@@ -18,9 +18,10 @@ from pydantic import Field, ValidationError, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from evogan.api import ComponentOptions, Problem, ProblemContext
+from evogan.genetic import GenomeVariation
 from evogan.lazy import lazy
 from evogan_sortnet.known import BEST_KNOWN, layers_allowed
-from evogan_sortnet.variation import HostOperators, ParasiteOperators, RoleVariation
+from evogan_sortnet.variation import HostOperators, ParasiteOperators
 
 if TYPE_CHECKING:
     import torch
@@ -122,15 +123,15 @@ class SortingNetworks(Problem["SortingNetworks.Options"]):
         self.found = Discoveries()
         self._exhaustive: dict[bytes, tuple[int, int]] = {}
         self._prefix = torch.empty(0, 2, dtype=torch.int64)
-        self._variation: dict[str, RoleVariation] = {}
+        self._variation: dict[str, GenomeVariation] = {}
 
     # ------------------------------------------------------------------------------------------ setup
     def setup(self) -> None:
         options = self.options
         self._prefix = wiring.hypercube_prefix(options.inputs, options.prefix_layers).to(self.context.device)
         self._variation = {
-            "host": RoleVariation(options.host, low=0, up=options.inputs - 1, path="problem.host"),
-            "parasite": RoleVariation(options.parasite, low=0, up=1, path="problem.parasite"),
+            "host": GenomeVariation(options.host, low=0, up=options.inputs - 1, path="problem.host"),
+            "parasite": GenomeVariation(options.parasite, low=0, up=1, path="problem.parasite"),
         }
         self._variation["host"].check(2 * options.comparators)
         self._variation["parasite"].check(options.vectors * options.inputs)

@@ -197,3 +197,10 @@ def test_the_engines_problem_contract() -> None:
     host_loss, parasite_loss = produced["fitness"]
     assert torch.equal(host_loss, 1 - parasite_loss.T)
     assert 0 < produced["metrics"]["sorted"] < 1
+
+
+def test_defaults_follow_hillis_style_operators() -> None:
+    options = SortingNetworks.Options.model_validate({})
+    assert (options.host.crossover.operator, options.host.mutation.operator) == ("cxTwoPoint", "mutUniformInt")
+    assert (options.parasite.crossover.operator, options.parasite.mutation.operator) == ("cxTwoPoint", "mutFlipBit")
+    assert options.host.mutation.arguments == {"indpb": 0.02}

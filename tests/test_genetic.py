@@ -7,16 +7,23 @@ from typing import Any
 
 import numpy as np
 import pytest
-from evogan_sortnet.problem import SortingNetworks
-from evogan_sortnet.variation import HostOperators, ParasiteOperators, RoleVariation
-from pydantic import ValidationError
+from pydantic import Field, ValidationError
 
+from evogan.api import ComponentOptions
 from evogan.errors import UserError
+from evogan.genetic import GenomeOperators, GenomeVariation
+
+
+class ProblemOptions(ComponentOptions):
+    """A genome problem's options with two roles' operators, as a problem declares them."""
+
+    host: GenomeOperators = Field(default_factory=GenomeOperators)
+    parasite: GenomeOperators = Field(default_factory=GenomeOperators)
 
 
 def errors(settings: dict[str, Any]) -> list[tuple[str, str]]:
     with pytest.raises(ValidationError) as caught:
-        SortingNetworks.Options.model_validate(settings)
+        ProblemOptions.model_validate(settings)
     return [(".".join(map(str, e["loc"])), e["msg"]) for e in caught.value.errors()]
 
 
@@ -47,15 +54,14 @@ def test_operator_arguments_are_checked_against_the_signature() -> None:
     )
 
 
-def test_defaults_follow_hillis_style_operators() -> None:
-    options = SortingNetworks.Options.model_validate({})
-    assert (options.host.crossover.operator, options.host.mutation.operator) == ("cxTwoPoint", "mutUniformInt")
-    assert (options.parasite.crossover.operator, options.parasite.mutation.operator) == ("cxTwoPoint", "mutFlipBit")
-    assert options.host.mutation.arguments == {"indpb": 0.02}
+def test_the_default_operators_are_two_point_crossover_and_bit_flips() -> None:
+    options = ProblemOptions.model_validate({})
+    assert (options.host.crossover.operator, options.host.mutation.operator) == ("cxTwoPoint", "mutFlipBit")
+    assert options.host.crossover.probability == 0.5 and options.host.mutation.arguments == {"indpb": 0.01}
 
 
-def host_variation(**settings: Any) -> RoleVariation:
-    return RoleVariation(HostOperators.model_validate(settings), low=0, up=7, path="problem.host")
+def host_variation(**settings: Any) -> GenomeVariation:
+    return GenomeVariation(GenomeOperators.model_validate(settings), low=0, up=7, path="problem.host")
 
 
 def test_vary_is_reproducible_leaves_its_inputs_alone_and_restores_deaps_global_random() -> None:
@@ -87,8 +93,8 @@ def test_operators_that_cannot_handle_fixed_genomes_fail_at_setup_naming_the_key
     messy = host_variation(crossover={"operator": "cxMessyOnePoint", "probability": 1.0})
     with pytest.raises(UserError, match=r"problem\.host\.crossover: cxMessyOnePoint changed the genome's length"):
         messy.check(40)
-    bits = RoleVariation(
-        ParasiteOperators.model_validate({"mutation": {"operator": "mutESLogNormal", "c": 1.0, "indpb": 0.5}}),
+    bits = GenomeVariation(
+        GenomeOperators.model_validate({"mutation": {"operator": "mutESLogNormal", "c": 1.0, "indpb": 0.5}}),
         low=0,
         up=1,
         path="problem.parasite",
