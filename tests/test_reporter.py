@@ -93,3 +93,24 @@ def test_the_reported_lines_end_with_the_chosen_mixture_on_test_beside_its_valid
         "best mixture ensemble: cell 2 (chosen on validation): test modes_covered=7, tvd=0.5; "
         "validation modes_covered=8, tvd=0.25",
     ]
+
+
+def test_the_table_names_the_roles_the_problem_declares() -> None:
+    """A GAN's records give G and D columns; a problem with other roles gets its own, and no lr column
+    when its individuals have no learning rate."""
+    gan = plain(reporter_with_rows().table(), 160)[0].split("  ")
+    assert [c.strip() for c in gan if c.strip()][:6] == ["cell", "gen", "G loss", "D loss", "lr G", "lr D"]
+    reporter = TerminalReporter(Console(file=io.StringIO()), "plain")
+    reporter.rows[0] = {
+        "cell": 0, "generation": 2, "host_loss": 0.25, "parasite_loss": 0.75, "mixture_score": 0.5, "exchange": {},
+    }
+    header = plain(reporter.table(), 160)[0]
+    assert header.split() == ["cell", "gen", "host", "loss", "parasite", "loss", "mixture", "score", "staleness"]
+    assert "G" not in header.split() and "lr" not in header
+    summary = {
+        "best_cell": 0,
+        "best_mixture": {"sorted": 0.5},
+        "best_mixture_validation": {"sorted": 0.5},
+        "mean_over_cells": {"mixture": {"sorted": 0.5}, "host": {"sorted": 0.25}},
+    }
+    assert summary_lines(summary)[0] == "mean over cells, test: mixture sorted=0.5; best host alone sorted=0.25"

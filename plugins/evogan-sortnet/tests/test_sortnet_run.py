@@ -124,3 +124,13 @@ def test_the_shipped_recipe_runs_a_generation(tmp_path: Path) -> None:
     run_dir = run_tiny(recipe, overrides=overrides)
     (row, *_) = records(run_dir)
     assert row["mixture_metrics"]["evaluations"] > 0 and 0 < row["mixture_metrics"]["sorted"] < 1
+
+
+def test_sparsity_on_a_problem_without_generator_and_discriminator_is_a_one_line_error(tmp_path: Path) -> None:
+    recipe = write_recipe(tmp_path)
+    result = invoke("run", str(recipe), "--set", 'sparsity={use="static"}', "--output-dir", str(tmp_path / "out"))
+    assert result.exit_code != 0
+    assert result.output.strip().splitlines() == [
+        f"error: {recipe}: sparsity: problem sortnet has no generator and discriminator"
+    ]
+    assert not (tmp_path / "out").exists()  # nothing written
