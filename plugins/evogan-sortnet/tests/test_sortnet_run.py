@@ -133,4 +133,4 @@ def test_sparsity_on_a_problem_without_generator_and_discriminator_is_a_one_line
     assert result.output.strip().splitlines() == [
         f"error: {recipe}: sparsity: problem sortnet has no generator and discriminator"
     ]
-    assert not (tmp_path / "out").exists()  # nothing written
+    assert not list((tmp_path / "out").glob("*"))  # no run directory, no checkpoint
