@@ -252,13 +252,28 @@ ScoreStream = Literal["validation", "test"]
 
 @dataclass
 class ProblemContext:
-    """What a problem may know about the run it serves."""
+    """What a problem may know about the run it serves.
 
-    registries: Registries
+    :param build: makes the nested component a problem's options name, ``build(Dataset, options.data)``
+        (a ``ComponentRef`` of the recipe, validated with it): the one way a problem reaches other
+        components.
+    :param source: the engine's registries, behind :attr:`registries` (deprecated).
+    """
+
+    build: Callable[[type[Any], Any], Any]
     device: torch.device
     seed: int = 0
     run_dir: Path | None = None
     recipe_path: Path | None = None
+    source: Registries | None = field(default=None, repr=False)
+
+    @property
+    def registries(self) -> Registries:
+        """Deprecated (0.3.0): every registry of the run; build nested components with :attr:`build`."""
+        deprecated.warn("evogan.api.ProblemContext.registries")
+        if self.source is None:
+            raise RuntimeError("this context was made without registries")
+        return self.source
 
 
 class StackedTraining(abc.ABC):

@@ -43,6 +43,12 @@ DEPRECATIONS: tuple[Deprecation, ...] = (
         since="0.2.0",
         removal="0.3.0",
     ),
+    Deprecation(
+        "evogan.api.ProblemContext.registries",
+        "evogan.api.ProblemContext.build (a problem builds its nested components through it)",
+        since="0.3.0",
+        removal="0.4.0",
+    ),
 )
 _BY_NAME = {deprecation.old: deprecation for deprecation in DEPRECATIONS}
 

@@ -53,3 +53,22 @@ def test_a_gan_problem_written_against_the_old_problem_contract_still_registers(
     assert issubclass(adapted, legacy) and issubclass(adapted, AdversarialProblem)
     assert not adapted.__abstractmethods__  # nothing left to implement: its training is AdversarialProblem.vary
     assert adapted.vary is AdversarialProblem.vary and adapted.roles == ("generator", "discriminator")
+
+
+def test_a_problem_builds_its_components_through_the_context_and_registries_warn() -> None:
+    """The narrow callable is the way in; the registries stay readable for 0.2 problems, with a warning."""
+    from functools import partial
+
+    import torch
+
+    from evogan.api import Dataset, ProblemContext
+    from evogan.plugins import make_plugin_manager
+    from evogan.recipe import ComponentRef, build_nested
+    from evogan.registry import Registries
+
+    registries = Registries.from_plugin_manager(make_plugin_manager())
+    context = ProblemContext(partial(build_nested, registries), torch.device("cpu"), source=registries)
+    dataset = context.build(Dataset, ComponentRef(use="gaussian_ring", samples=64))
+    assert isinstance(dataset, Dataset) and dataset.name == "gaussian_ring"
+    with pytest.warns(DeprecationWarning, match="ProblemContext.build"):
+        assert context.registries is registries

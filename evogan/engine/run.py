@@ -34,7 +34,7 @@ from evogan.engine.lockstep import Pause, run_in_turns
 from evogan.engine.rundir import RunDirectory, writing
 from evogan.engine.vectorized import decide
 from evogan.errors import UserError
-from evogan.recipe import Recipe, vectorize_choice
+from evogan.recipe import Recipe, build_nested, vectorize_choice
 from evogan.registry import Registries
 from evogan.rng import SCORE_STREAMS, CellRandom, score_generator
 
@@ -88,7 +88,8 @@ def build_settings(
     unless ``scoring`` is off (a run loaded to sample from), prepares its metric."""
     choices = recipe.choices
     context = ProblemContext(
-        registries=registries,
+        build=partial(build_nested, registries),
+        source=registries,
         device=device,
         seed=recipe.run.seed,
         run_dir=run_dir.path if run_dir else None,

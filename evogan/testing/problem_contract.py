@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Mapping
+from functools import partial
 from typing import Any, cast
 
 import torch
@@ -12,6 +13,7 @@ import torch
 from evogan.api import Mutation, Opponents, Pairing, Problem, ProblemContext, Role, Variation
 from evogan.individual import Individual
 from evogan.plugins import make_plugin_manager
+from evogan.recipe import build_nested
 from evogan.registry import Registries
 from evogan.rng import CellRandom
 from evogan.testing.contracts import _no_global_random, check_options
@@ -85,7 +87,9 @@ def check_problem(
     ``objective`` one number. Games, variation and scores draw from no global random generator. Returns what it produced
     (``fitness``, ``metrics``) for further asserts of your own."""
     registries = Registries.from_plugin_manager(make_plugin_manager())
-    context = context or ProblemContext(registries=registries, device=torch.device("cpu"), seed=seed)
+    context = context or ProblemContext(
+        build=partial(build_nested, registries), device=torch.device("cpu"), seed=seed, source=registries
+    )
     roles = getattr(component, "roles", None)
     assert isinstance(roles, tuple) and len(roles) == 2 and len(set(roles)) == 2, "a problem names two roles"
     problem = component(check_options(component, options), context)

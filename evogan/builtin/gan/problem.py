@@ -35,7 +35,7 @@ from evogan.builtin.gan.schedule import CriticSchedule
 from evogan.errors import UserError
 from evogan.individual import Individual
 from evogan.lazy import lazy
-from evogan.recipe import ComponentRef, build_nested, component_field
+from evogan.recipe import ComponentRef, component_field
 
 if TYPE_CHECKING:
     import torch
@@ -156,12 +156,12 @@ class GanProblem(AdversarialProblem[GanOptions]):
 
     def __init__(self, options: GanOptions, context: ProblemContext) -> None:
         super().__init__(options, context)
-        registries = context.registries
-        self.dataset = build_nested(registries, Dataset, options.data)
-        self.networks = build_nested(registries, Networks, options.network)
-        self.loss = build_nested(registries, Loss, options.loss)
-        self.metric = build_nested(registries, Metric, options.metric)  # validation scores
-        self.test_metric = build_nested(registries, Metric, options.metric)  # its own real reference
+        build = context.build
+        self.dataset: Dataset[Any] = build(Dataset, options.data)
+        self.networks: Networks[Any] = build(Networks, options.network)
+        self.loss: Loss[Any] = build(Loss, options.loss)
+        self.metric: Metric[Any] = build(Metric, options.metric)  # validation scores
+        self.test_metric: Metric[Any] = build(Metric, options.metric)  # its own real reference
         self.reference_note = ""  # which real samples each stream's reference uses (prepare_scoring)
         self.device = context.device
         self.data: DataSource | None = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -20,6 +21,7 @@ from evogan.api import ProblemContext
 from evogan.errors import RecipeError
 from evogan.individual import Individual
 from evogan.plugins import make_plugin_manager
+from evogan.recipe import build_nested
 from evogan.registry import Registries
 from evogan.rng import CellRandom
 
@@ -30,9 +32,8 @@ def registries() -> Registries:
 
 
 def problem(registries: Registries, **settings: Any) -> SortingNetworks:
-    made = SortingNetworks(
-        SortingNetworks.Options.model_validate(settings), ProblemContext(registries, torch.device("cpu"))
-    )
+    context = ProblemContext(partial(build_nested, registries), torch.device("cpu"))
+    made = SortingNetworks(SortingNetworks.Options.model_validate(settings), context)
     made.setup()
     return made
 
