@@ -244,6 +244,10 @@ def _save_pictures(
 ) -> None:
     import torch
 
+    from evogan.api import Problem
+
+    if type(problem).save_pictures is Problem.save_pictures:  # the default draws nothing
+        raise UserError(f"problem {problem.name}: draws no pictures of its individuals (it has no save_pictures)")
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
         problem.save_pictures(

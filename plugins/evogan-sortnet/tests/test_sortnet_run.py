@@ -134,3 +134,13 @@ def test_sparsity_on_a_problem_without_generator_and_discriminator_is_a_one_line
         f"error: {recipe}: sparsity: problem sortnet has no generator and discriminator"
     ]
     assert not list((tmp_path / "out").glob("*"))  # no run directory, no checkpoint
+
+
+def test_sample_and_export_say_in_one_line_that_networks_have_no_pictures(tmp_path: Path) -> None:
+    run_dir = run_tiny(write_recipe(tmp_path, generations=1))
+    drawn = invoke("sample", str(run_dir), "-o", str(tmp_path / "x.png"))
+    assert drawn.exit_code != 0 and not (tmp_path / "x.png").exists()
+    expected = "error: problem sortnet: draws no pictures of its individuals (it has no save_pictures)"
+    assert drawn.output.strip() == expected
+    exported = invoke("export", str(run_dir), "-o", str(tmp_path / "x.pt2"))
+    assert exported.exit_code != 0 and "cannot be exported" in exported.output
