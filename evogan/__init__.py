@@ -6,11 +6,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from evogan.hookspecs import hookimpl
+from evogan.version import __version__
 
 if TYPE_CHECKING:
     from evogan.trained import TrainedRun
-
-__version__ = "0.2.0"
 
 
 def load(path: Path | str, *, device: str | None = None, disable: tuple[str, ...] = ()) -> TrainedRun:

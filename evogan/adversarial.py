@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import abc
 import time
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -255,6 +256,25 @@ def _together(jobs: Sequence[Variation], schedule: Callable[..., bool], step: in
     if len(answers) > 1:
         raise RuntimeError(f"cells trained together disagree on whether to train at batch {step}")
     return answers.pop()
+
+
+def adapt_problem(component: type, kind: str) -> type:
+    """A problem written against 0.2's GAN-shaped ``evogan.api.Problem`` (``generator_step`` and no
+    ``vary``) keeps working as an :class:`AdversarialProblem`, with a warning. Called by the registry
+    when a problem registers (0.2 compatibility, like :func:`evogan.deprecated.adapt_signatures`)."""
+    if kind != "problem" or not isinstance(component, type) or not issubclass(component, Problem):
+        return component
+    if issubclass(component, AdversarialProblem) or "vary" not in getattr(component, "__abstractmethods__", ()):
+        return component
+    if not hasattr(component, "generator_step"):
+        return component
+    warnings.warn(
+        f"{component.__module__}.{component.__qualname__} implements the GAN methods on evogan.api.Problem "
+        "(evogan 0.2); subclass evogan.adversarial.AdversarialProblem instead before 0.3.0",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return type(component.__name__, (component, AdversarialProblem), {"__module__": component.__module__})
 
 
 __all__ = ["AdversarialProblem"]

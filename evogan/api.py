@@ -22,7 +22,7 @@ import abc
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -30,13 +30,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from evogan import deprecated
 from evogan.errors import UserError
 from evogan.individual import ROLES, Individual, Role
+from evogan.rng import CellRandom, ScoreStream
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
-
-    from evogan.registry import Registries
-    from evogan.rng import CellRandom
 
 
 class ComponentOptions(BaseModel):
@@ -246,8 +244,20 @@ class SparsityController(Component[OptionsT]):
 
 
 # --------------------------------------------------------------------------------------------- problem
-#: The run's score streams: ``validation`` for every score that chooses, ``test`` for what is reported.
-ScoreStream = Literal["validation", "test"]
+class ComponentRegistry(Protocol):
+    """One kind's registered component classes, by name (an :class:`evogan.registry.Registry`)."""
+
+    def get(self, name: str) -> type[Component[Any]]:
+        """The component called ``name``; an unknown name is a ``UserError``."""
+
+
+class ComponentRegistries(Protocol):
+    """Every kind's :class:`ComponentRegistry`, by kind: the run's :class:`evogan.registry.Registries`,
+    from which a problem builds the components its options name (:func:`evogan.recipe.build_nested`).
+    A protocol, not the registry's class: the registry is built from the kinds below, so the contracts
+    do not import it."""
+
+    def __getitem__(self, kind: str) -> ComponentRegistry: ...
 
 
 @dataclass
@@ -265,10 +275,10 @@ class ProblemContext:
     seed: int = 0
     run_dir: Path | None = None
     recipe_path: Path | None = None
-    source: Registries | None = field(default=None, repr=False)
+    source: ComponentRegistries | None = field(default=None, repr=False)
 
     @property
-    def registries(self) -> Registries:
+    def registries(self) -> ComponentRegistries:
         """Deprecated (0.3.0): every registry of the run; build nested components with :attr:`build`."""
         deprecated.warn("evogan.api.ProblemContext.registries")
         if self.source is None:
@@ -780,6 +790,8 @@ __all__ = [
     "ROLES",
     "Component",
     "ComponentOptions",
+    "ComponentRegistries",
+    "ComponentRegistry",
     "ConnectableTransport",
     "DataSource",
     "Dataset",

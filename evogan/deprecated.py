@@ -89,27 +89,6 @@ NEW_KEYWORDS: dict[str, dict[str, tuple[str, ...]]] = {
 _ONLY_AT_DEFAULT = {"substep": 0}  # exchange.every_batches: messages from inside a generation
 
 
-def adapt_problem(component: type, kind: str) -> type:
-    """A problem written against 0.2's GAN-shaped ``evogan.api.Problem`` (``generator_step`` and no
-    ``vary``) keeps working as an :class:`evogan.adversarial.AdversarialProblem`, with a warning."""
-    from evogan.adversarial import AdversarialProblem
-    from evogan.api import Problem
-
-    if kind != "problem" or not isinstance(component, type) or not issubclass(component, Problem):
-        return component
-    if issubclass(component, AdversarialProblem) or "vary" not in getattr(component, "__abstractmethods__", ()):
-        return component
-    if not hasattr(component, "generator_step"):
-        return component
-    warnings.warn(
-        f"{component.__module__}.{component.__qualname__} implements the GAN methods on evogan.api.Problem "
-        "(evogan 0.2); subclass evogan.adversarial.AdversarialProblem instead before 0.3.0",
-        DeprecationWarning,
-        stacklevel=3,
-    )
-    return type(component.__name__, (component, AdversarialProblem), {"__module__": component.__module__})
-
-
 def adapt_signatures(component: type, kind: str) -> list[str]:
     """Adapt each method of ``component`` that lacks keywords the engine now passes (see
     :data:`NEW_KEYWORDS`) to drop them, with one ``DeprecationWarning`` per method; the names adapted."""

@@ -39,11 +39,11 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 from evogan.api import KINDS, Component
+from evogan.plugin_manager import PROJECT
 
 if TYPE_CHECKING:
     from evogan.engine.run import RunInfo
 
-PROJECT = "evogan"
 hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
 

@@ -21,7 +21,7 @@ from typing import Annotated, Any, Literal, TypeVar, get_args
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
-from evogan.api import Component, ComponentOptions, ConnectableTransport
+from evogan.api import Component, ComponentOptions, ComponentRegistries, ConnectableTransport
 from evogan.errors import RecipeError, UserError
 from evogan.registry import Registries
 
@@ -314,7 +314,7 @@ def resolve_choice(
     return Choice(path, component, options)
 
 
-def build_nested(registries: Registries, kind: type[ComponentT], ref: ComponentRef) -> ComponentT:
+def build_nested(registries: ComponentRegistries, kind: type[ComponentT], ref: ComponentRef) -> ComponentT:
     """The component a nested reference names, with its options (already validated with the recipe)."""
     component = registries[kind.kind].get(ref.use)
     return create(kind, component, component.Options.model_validate(ref.settings))

@@ -8,10 +8,11 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from evogan.adversarial import adapt_problem
 from evogan.api import KINDS
-from evogan.deprecated import adapt_problem, adapt_signatures
+from evogan.deprecated import adapt_signatures
 from evogan.errors import ComponentConflictError, UserError
-from evogan.plugins import PluginManager, first_line
+from evogan.plugin_manager import PluginManager, first_line
 
 if TYPE_CHECKING:
     import pluggy

@@ -15,11 +15,16 @@ from that generation's evolution stream (where it has always been drawn: records
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
-import torch
 
-from evogan.api import ScoreStream
+from evogan.lazy import lazy
+
+if TYPE_CHECKING:
+    import torch
+else:  # imported on first use: evogan.api names this module's types, and `import evogan.api` takes no torch
+    torch = lazy("torch", globals())
 
 # Streams within one (cell, generation): separate so adding draws to one never shifts another.
 STREAMS = {
@@ -32,6 +37,8 @@ STREAMS = {
     "validation": 6,  # scores that choose
     "test": 7,  # scores that are reported
 }
+#: The run's score streams: ``validation`` for every score that chooses, ``test`` for what is reported.
+ScoreStream = Literal["validation", "test"]
 SCORE_STREAMS: tuple[ScoreStream, ...] = ("validation", "test")
 
 
@@ -82,4 +89,13 @@ class CellRandom:
         return cls.for_generation(seed, cell, 0, stream)
 
 
-__all__ = ["SCORE_STREAMS", "STREAMS", "CellRandom", "score_generator", "score_seed", "score_sequence", "seed_sequence"]
+__all__ = [
+    "SCORE_STREAMS",
+    "STREAMS",
+    "CellRandom",
+    "ScoreStream",
+    "score_generator",
+    "score_seed",
+    "score_sequence",
+    "seed_sequence",
+]

@@ -23,7 +23,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from evogan.errors import UserError
+from evogan.errors import RunFailure, UserError
 
 if TYPE_CHECKING:
     import torch
@@ -35,6 +35,8 @@ if TYPE_CHECKING:
     from evogan.recipe import Recipe
 
 DEVICES = ("cpu", "cuda", "auto")
+METADATA_FILE = "evogan.json"  # in an exported file's archive: what the sampler's inputs are (TrainedRun.export)
+EXPORT_FORMAT = 1
 
 
 @dataclass
@@ -181,10 +183,59 @@ class TrainedRun:
         return ensemble.sample(n, seed=seed, generator=generator, device=device)
 
     def export(self, path: Path | str, cell: int | None = None) -> Path:
-        """Write ``cell``'s mixture (default: the best) as a file that samples it with torch alone."""
-        from evogan.engine.export import export_mixture
+        """Write ``cell``'s mixture (default: the best) as a file that samples it with torch alone
+        (``evogan export``); returns its path. The problem supplies the module
+        (:meth:`evogan.api.Problem.sampler`: generators and weights baked in, batch-first inputs); it is
+        exported with the batch size left free and written atomically, with what the inputs are in the
+        archive's ``evogan.json``::
 
-        return export_mixture(self, self.mixture(cell), Path(path))
+            extra = {"evogan.json": ""}
+            sampler = torch.export.load("mixture.pt2", extra_files=extra).module()
+            info = json.loads(extra["evogan.json"])     # inputs: name, per-sample shape, how to draw
+            x = sampler(torch.randn(64, *info["inputs"][0]["shape"]), torch.rand(64))
+
+        TorchScript would carry a sampling method, but torch deprecates it (every ``torch.jit`` call
+        warns). ``UserError`` when ``path`` cannot be written.
+        """
+        import torch
+
+        from evogan.engine.rundir import atomic_write
+
+        path, mixture = Path(path), self.mixture(cell)
+        if path.is_dir():
+            raise UserError(f"{path}: is a directory; give the file to write")
+        sampler = self.problem.sampler(mixture.networks, mixture.weights)
+        example = mixture.sampler_inputs(2)
+        batch = torch.export.Dim("samples", min=1)
+        try:
+            with torch.no_grad():
+                program = torch.export.export(
+                    sampler.module, example, dynamic_shapes=tuple({0: batch} for _ in example)
+                )
+        except Exception as exc:  # torch raises many kinds for a network it cannot trace
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            raise RunFailure(
+                f"{self.path}: cell {mixture.cell}'s mixture cannot be exported ({type(exc).__name__}: {first})"
+            ) from None
+        metadata: dict[str, Any] = {
+            "format": EXPORT_FORMAT,
+            "run": self.run_dir.run_id,
+            "recipe": self.recipe.digest,
+            "cell": mixture.cell,
+            "members": mixture.members,
+            "weights": mixture.weights,
+            "generation": self.cells[mixture.cell].generation,
+            "inputs": sampler.inputs,
+            "problem": self.problem.describe(),
+        }
+        try:
+            atomic_write(
+                path,
+                lambda handle: torch.export.save(program, handle, extra_files={METADATA_FILE: json.dumps(metadata)}),
+            )
+        except OSError as exc:
+            raise UserError(f"{path}: cannot write: {exc.strerror or exc}") from None
+        return path
 
 
 def load(path: Path | str, *, device: str | None = None, disable: tuple[str, ...] = ()) -> TrainedRun:

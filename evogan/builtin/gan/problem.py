@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -31,6 +30,7 @@ from evogan.api import (
     StackedFitness,
     StackedTraining,
 )
+from evogan.builtin.gan.modes import evaluating
 from evogan.builtin.gan.schedule import CriticSchedule
 from evogan.errors import UserError
 from evogan.individual import Individual
@@ -43,20 +43,6 @@ if TYPE_CHECKING:
 else:  # imported on first use: `evogan validate` and `components` read options without them
     torch = lazy("torch", globals())
     nn = lazy("torch.nn", globals())
-
-
-@contextmanager
-def evaluating(*networks: nn.Module) -> Iterator[None]:
-    """No gradients and eval mode (BatchNorm uses running statistics), restoring each network's mode."""
-    modes = [network.training for network in networks]
-    for network in networks:
-        network.eval()
-    try:
-        with torch.no_grad():
-            yield
-    finally:
-        for network, mode in zip(networks, modes, strict=True):
-            network.train(mode)
 
 
 def batch_dependent(network: nn.Module) -> str:

@@ -19,7 +19,7 @@ within float tolerance; batched products round differently, so they are not bitw
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -28,10 +28,20 @@ from torch.func import functional_call, vmap
 from evogan.api import Faced, GeneratorStep, Loss, StackedTraining
 from evogan.individual import Individual
 
-if TYPE_CHECKING:
-    from evogan.builtin.gan.problem import GanProblem
-
 Params = dict[str, torch.Tensor]
+
+
+class GanSteps(Protocol):
+    """What the stacked steps and fitness use of the GAN problem
+    (:class:`~evogan.builtin.gan.problem.GanProblem`): its noise, its loss and how its discriminator steps
+    batch real and fake. A protocol, as the problem's module imports these modules to make them."""
+
+    @property
+    def loss(self) -> Loss[Any]: ...
+
+    def noise(self, n: int, generator: torch.Generator) -> torch.Tensor: ...
+
+    def joint_discriminator_batch(self, discriminator: nn.Module) -> bool: ...
 
 
 def signature(network: nn.Module) -> tuple[object, ...]:
@@ -356,7 +366,7 @@ class StackedGan(StackedTraining):
 
     def __init__(
         self,
-        problem: GanProblem,
+        problem: GanSteps,
         generators: Sequence[Individual],
         discriminators: Sequence[Individual],
         *,

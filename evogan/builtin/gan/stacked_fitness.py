@@ -26,17 +26,15 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import nn
 from torch.func import functional_call, vmap
 
 from evogan.api import ROLES, Role, StackedFitness
-from evogan.builtin.gan.stacked import Forward, Params, linear_plan, signature
-
-if TYPE_CHECKING:
-    from evogan.builtin.gan.problem import GanProblem
+from evogan.builtin.gan.modes import evaluating
+from evogan.builtin.gan.stacked import Forward, GanSteps, Params, linear_plan, signature
 
 # Whether a device runs the networks' stacked rows as one forward. On the CPU it does not: there the looped
 # path's products are already bound by arithmetic and memory, and the stacked rows (batched products on a
@@ -144,7 +142,7 @@ def run_stacked(networks: Sequence[nn.Module], x: torch.Tensor, values_per_sampl
 class StackedGanFitness(StackedFitness):
     """:class:`~evogan.api.StackedFitness` for :class:`~evogan.builtin.gan.problem.GanProblem`."""
 
-    def __init__(self, problem: GanProblem, generators: Sequence[nn.Module], discriminators: Sequence[nn.Module]):
+    def __init__(self, problem: GanSteps, generators: Sequence[nn.Module], discriminators: Sequence[nn.Module]):
         self.problem = problem
         self.generators, self.discriminators = list(generators), list(discriminators)
 
@@ -156,8 +154,6 @@ class StackedGanFitness(StackedFitness):
         score: Sequence[Role] = ROLES,
         memo: dict[nn.Module, Any] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        from evogan.builtin.gan.problem import evaluating
-
         gens, discs, loss = self.generators, self.discriminators, self.problem.loss
         z = self.problem.noise(real.shape[0], generator)  # the same noise for every generator
         g_loss = torch.zeros(len(gens), len(discs))
