@@ -94,6 +94,11 @@ class PopulationSection(_Table):
         description="the best offspring replaces the worst local only if better (if_better) or always; "
         "generational: the offspring replace the whole population (comma replacement)",
     )
+    opponents: Literal["offspring", "neighbourhood"] = Field(
+        "offspring",
+        description="with selection on, whom offspring train against: the other role's offspring "
+        "(Lipizzaner), or those and the neighbours' copies (what the pairings draw from with selection off)",
+    )
 
 
 class OptimizeSection(_Table):

@@ -32,7 +32,7 @@ from evogan import hookimpl
 from evogan import recipe as recipes
 from evogan.api import Pairing
 from evogan.cli import _attach_commands, cli
-from evogan.engine.cell import Cell
+from evogan.engine.cell import Cell, finish
 from evogan.engine.run import build_settings, build_topology
 from evogan.errors import ComponentConflictError
 from evogan.plugins import make_plugin_manager
@@ -336,3 +336,27 @@ if __name__ == "__main__" and sys.argv[1:] == ["--record"]:
     _record(RECORDED)
 if __name__ == "__main__" and sys.argv[1:] == ["--record-varied"]:
     _record_varied(RECORDED_VARIED)
+
+
+@pytest.mark.parametrize("opponents", ["offspring", "neighbourhood"])
+def test_with_selection_offspring_face_the_neighbours_copies_only_when_asked(tiny_recipe, opponents: str) -> None:
+    registries = Registries.from_plugin_manager(make_plugin_manager(autoload=False))
+    overrides = ["population.selection=true", f'population.opponents="{opponents}"', 'pairing={use="g_mixture"}']
+    recipe = recipes.load(tiny_recipe(rows=3, cols=3), registries, overrides)
+    settings = build_settings(recipe, registries, None, torch.device("cpu"))
+    topology = build_topology(recipe)
+    cells = [Cell(i, topology.neighbours(i), settings) for i in range(topology.cells)]
+    for cell in cells:
+        cell.initialise()
+    target = cells[4]
+    target.receive({peer: cells[peer].message() for peer in target.neighbours})
+    phases = target.generation_phases()
+    job = next(phases)
+    for role, other in (("generator", "discriminator"), ("discriminator", "generator")):
+        faced = job.opponents[role].neighbourhood
+        assert [ind for ind in faced if ind.origin == 4] == job.members[other]  # the offspring, always
+        origins = {ind.origin for ind in faced if ind.origin != 4}
+        assert origins == ({1, 3, 5, 7} if opponents == "neighbourhood" else set())
+    target.vary(job)
+    finish(phases)
+    assert target.logbook[-1]["generation"] == 1

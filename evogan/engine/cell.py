@@ -318,7 +318,14 @@ class Cell:
             }
             for ind in (*members[roles[0]], *members[roles[1]]):
                 ind.origin = self.index
-            faced = {roles[0]: members[roles[1]], roles[1]: members[roles[0]]}
+            # Lipizzaner: offspring train against the other role's offspring; "neighbourhood" adds the
+            # neighbours' copies, which the pairings draw from when selection is off
+            copies = {role: pool[role][len(self.population(role)) :] for role in roles}
+            extra = population.opponents == "neighbourhood"
+            faced = {
+                role: [*members[other], *(copies[other] if extra else ())]
+                for role, other in zip(roles, roles[::-1], strict=True)
+            }
             incumbents: dict[Role, Sequence[Individual]] = dict(self.populations)
         else:
             members = dict(self.populations)
