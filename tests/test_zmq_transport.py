@@ -355,7 +355,8 @@ def test_separate_subscriber_process_gets_every_message_after_the_barrier(stack:
         time.sleep(0.001)
     report = json.loads(child.stdout.readline())
     assert child.wait(30) == 0
-    assert report == {"got": True, "received": count, "dropped": {}}
+    # the sender's counts say which side lost a message, should one go missing (seen once at load ~4)
+    assert report == {"got": True, "received": count, "dropped": {}}, (report, parent.stats())
     assert parent.stats().sent_messages == count
 
 
