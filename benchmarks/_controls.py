@@ -204,7 +204,8 @@ def discriminators_faced(pairing_component: Any, recipe: recipes.Recipe, neighbo
     size = recipe.population.size
     own = [object() for _ in range(size)]
     peers = len(set(neighbours) - {cell})
-    neighbourhood = own if recipe.population.selection else own + [object() for _ in range(size * peers)]
+    offspring_only = recipe.population.selection and recipe.population.opponents == "offspring"
+    neighbourhood = own if offspring_only else own + [object() for _ in range(size * peers)]
     weights = [1 / len(neighbourhood)] * len(neighbourhood)
     opponents = Opponents(own=own, neighbourhood=neighbourhood, weights=weights)  # type: ignore[arg-type]
     return len(pairing_component.generator_opponents(opponents, rng=np.random.default_rng(0)))
