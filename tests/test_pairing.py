@@ -134,11 +134,9 @@ class Spy:
         raise AssertionError("faced a network that is neither the cell's nor a neighbour's")
 
 
-def one_generation(tiny_recipe, pairing: str, batches: int = 40) -> tuple[Spy, Cell]:
-    """Cell 4 of a 3x3 torus (4 neighbours) trains one seeded generation after one exchange."""
+def centre_cell(tiny_recipe, overrides: list[str]) -> Cell:
+    """Cell 4 of a 3x3 torus (4 neighbours), initialised, holding its neighbours' first messages."""
     registries = Registries.from_plugin_manager(make_plugin_manager(autoload=False))
-    overrides = ["population.selection=false", f"problem.batches_per_generation={batches}"]
-    overrides.append(f'pairing={{use="{pairing}"}}')
     recipe = recipes.load(tiny_recipe(rows=3, cols=3), registries, overrides)
     settings = build_settings(recipe, registries, None, torch.device("cpu"))
     topology = build_topology(recipe)
@@ -147,6 +145,13 @@ def one_generation(tiny_recipe, pairing: str, batches: int = 40) -> tuple[Spy, C
         cell.initialise()
     target = cells[4]
     target.receive({peer: cells[peer].message() for peer in target.neighbours})
+    return target
+
+
+def one_generation(tiny_recipe, pairing: str, batches: int = 40) -> tuple[Spy, Cell]:
+    """Cell 4 of a 3x3 torus trains one seeded generation after one exchange."""
+    overrides = ["population.selection=false", f"problem.batches_per_generation={batches}"]
+    target = centre_cell(tiny_recipe, [*overrides, f'pairing={{use="{pairing}"}}'])
     faced = Spy(target)
     target.step()
     return faced, target
@@ -340,16 +345,8 @@ if __name__ == "__main__" and sys.argv[1:] == ["--record-varied"]:
 
 @pytest.mark.parametrize("opponents", ["offspring", "neighbourhood"])
 def test_with_selection_offspring_face_the_neighbours_copies_only_when_asked(tiny_recipe, opponents: str) -> None:
-    registries = Registries.from_plugin_manager(make_plugin_manager(autoload=False))
     overrides = ["population.selection=true", f'population.opponents="{opponents}"', 'pairing={use="g_mixture"}']
-    recipe = recipes.load(tiny_recipe(rows=3, cols=3), registries, overrides)
-    settings = build_settings(recipe, registries, None, torch.device("cpu"))
-    topology = build_topology(recipe)
-    cells = [Cell(i, topology.neighbours(i), settings) for i in range(topology.cells)]
-    for cell in cells:
-        cell.initialise()
-    target = cells[4]
-    target.receive({peer: cells[peer].message() for peer in target.neighbours})
+    target = centre_cell(tiny_recipe, overrides)
     phases = target.generation_phases()
     job = next(phases)
     for role, other in (("generator", "discriminator"), ("discriminator", "generator")):
