@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sys
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -14,7 +13,7 @@ import click
 from rich.console import Console
 
 from evogan import __version__
-from evogan.cli_common import disable_option, fail, handle_errors, plugin_manager
+from evogan.cli_common import disable_option, fail, handle_errors, leave, plugin_manager
 from evogan.errors import EvoganError, RecipeError, UserError
 
 
@@ -191,7 +190,7 @@ def run(
     finally:
         signal.signal(signal.SIGINT, previous)
     if stop.requested:
-        sys.exit(130)
+        leave(130)
 
 
 def _run_prepared(
@@ -208,7 +207,7 @@ def _run_prepared(
             run_in_process(prepared, stop=stop)
     except KeyboardInterrupt:
         console.print("[red]aborted; the last written checkpoints are intact[/]")
-        sys.exit(130)
+        leave(130)
 
 
 # ---------------------------------------------------------------------------------------------- validate

@@ -7,7 +7,9 @@ helpers.
 
 from __future__ import annotations
 
+import os
 import sys
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -16,6 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from evogan.errors import EvoganError, RecipeError
+from evogan.runtime import AGENT_THREAD
 
 if TYPE_CHECKING:
     from evogan.plugins import PluginFailure
@@ -27,7 +30,18 @@ def fail(error: EvoganError) -> NoReturn:
     lines = error.lines if isinstance(error, RecipeError) else [str(error)]
     for line in lines:
         console.print(f"[bold red]error:[/] {escape(line)}", markup=True)
-    sys.exit(error.exit_code)
+    leave(error.exit_code)
+
+
+def leave(code: int) -> NoReturn:
+    """Exit with ``code``. When torch's elastic agent still runs in its thread (a lost node, Ctrl-C),
+    skip the interpreter's teardown: finalising under the agent's C++ store threads can abort the
+    process (``terminate called without an active exception``, exit -6) and lose our exit code."""
+    if any(thread.name == AGENT_THREAD and thread.is_alive() for thread in threading.enumerate()):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
 
 
 def warn_plugin_failure(failure: PluginFailure) -> None:

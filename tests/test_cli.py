@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -196,3 +197,27 @@ def test_quick_commands_do_not_import_torch(args: list[str], tiny_recipe) -> Non
     report = json.loads(done.stderr.strip().splitlines()[-1])
     assert report["code"] in (0, None), done.stderr
     assert not report["torch"], f"torch imported by: {report['first']}"
+
+
+@pytest.mark.parametrize("agent_running", [False, True])
+def test_an_error_exits_with_its_code_even_while_the_elastic_agent_thread_runs(agent_running: bool) -> None:
+    # A lost node ends the launcher while torch's agent still runs in its thread; tearing the interpreter
+    # down under it could abort in C++ (exit -6) instead of the error's code.
+    program = textwrap.dedent(
+        f"""
+        import atexit, threading, time
+        from evogan.cli_common import fail
+        from evogan.errors import RunFailure
+        from evogan.runtime import AGENT_THREAD
+        if {agent_running}:
+            threading.Thread(target=time.sleep, args=(600,), name=AGENT_THREAD, daemon=True).start()
+        atexit.register(print, "teardown")
+        print("before", flush=False)
+        fail(RunFailure("node 10.0.0.2 has not been heard from for 10 s"))
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1, done.stderr
+    # with the agent running, no teardown (flushed first); without it, a normal exit
+    assert done.stdout.split() == (["before"] if agent_running else ["before", "teardown"])
+    assert "error: node 10.0.0.2 has not been heard from for 10 s" in done.stderr

@@ -36,6 +36,7 @@ from evogan.engine.run import RunInfo, build_settings, build_topology
 from evogan.engine.rundir import METRICS_FILE, SUMMARY_FILE, TIMINGS_FILE, RunDirectory, atomic_write
 from evogan.errors import RunFailure, UserError
 from evogan.plugins import BLOCK_ENV, make_plugin_manager
+from evogan.runtime import AGENT_THREAD
 from evogan.runtime.environment import LAUNCHER_ENV, RECIPE_ENV
 from evogan.runtime.liveness import NodeWatch
 from evogan.runtime.placement import cells_of, check_devices
@@ -412,7 +413,7 @@ def launch(
     try:
         agent_log = run_dir.path / "logs" / f"agent-{role.address or socket.gethostname()}.err"
         with _environment(environment), _stderr_to(agent_log if nodes.count > 1 else None):
-            thread = threading.Thread(target=agent, name="evogan-elastic-agent", daemon=True)
+            thread = threading.Thread(target=agent, name=AGENT_THREAD, daemon=True)
             thread.start()
             if watch is not None:
                 watch.start()
