@@ -2,11 +2,10 @@
 other (Lipizzaner's generation). GAN problems implement :class:`AdversarialProblem`; the engine sees only
 the generic :class:`evogan.api.Problem`, whose ``vary`` this class implements as training.
 
-A generation's training, looped: batch by batch, the pairing picks whom the generators face and each
-generator mutates its hyper-parameters and takes a step; then the same for the discriminators. Vectorised
-(``run.vectorize``), the cells of one process run the same steps as rows of one batched computation
-(:class:`evogan.api.StackedTraining`), each cell drawing its pairing and mutations from its own streams in
-the looped order, so the two agree within float tolerance.
+A generation's training is one loop (:func:`_train`) on one of two backends: :class:`RowByRow` steps each
+individual through the problem's own steps; a :class:`evogan.api.StackedTraining` (``run.vectorize``) steps
+the cells of one process as rows of one batched computation. Both draw each cell's pairing and mutations
+from its own streams in the same order, so they agree within float tolerance.
 """
 
 from __future__ import annotations
@@ -19,6 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from evogan.api import (
     ROLES,
+    Faced,
     GeneratorStep,
     OptionsT,
     Problem,
@@ -108,34 +108,9 @@ class AdversarialProblem(Problem[OptionsT]):
         return f"problem {self.name} trains one individual at a time"
 
     # ------------------------------------------------------------------------------ variation = training
-    def vary(self, job: Variation) -> None:
+    def vary(self, job: Variation) -> Iterator[int]:
         _begin(job)
-        gens, discs = job.members["generator"], job.members["discriminator"]
-        rnd, sparsity, pairing, mutate = job.rnd, job.sparsity, job.pairing, job.mutation.mutate
-        for_g, for_d = job.opponents["generator"], job.opponents["discriminator"]
-        where = {"cell": job.cell_index, "generation": job.generation}
-        for step, real in enumerate(_batches(self, job)):
-            if self.train_generator_at(step, **where):
-                faced = pairing.generator_opponents(for_g, rng=rnd.numpy)
-                principal = faced[0][0]
-                # One opponent keeps the plain call (and its exact arithmetic); several are weighted.
-                defence = principal.network if len(faced) == 1 else [(d.network, w) for d, w in faced]
-                for g in gens:
-                    g.set_hyper(mutate(g.hyper, rng=rnd.numpy))
-                    info = self.generator_step(g, defence, real, generator=rnd.torch)
-                    info.step = step
-                    if sparsity is not None:
-                        sparsity.after_generator_step(g, principal, info, self)
-            if not self.train_discriminator_at(step, **where):
-                continue
-            defender = pairing.discriminator_opponent(for_d, rng=rnd.numpy)
-            for d in discs:
-                d.set_hyper(mutate(d.hyper, rng=rnd.numpy))
-                self.discriminator_step(d, defender.network, real, generator=rnd.torch)
-                if sparsity is not None:
-                    sparsity.after_discriminator_step(d)
-        if sparsity is not None:
-            sparsity.end_generation(gens, discs)
+        yield from _train(self, [job], RowByRow(self))
 
     def together_obstacle(self, populations: Sequence[Mapping[Role, Sequence[Individual]]], *, hooks: bool) -> str:
         gens = [g for members in populations for g in members["generator"]]
@@ -146,23 +121,52 @@ class AdversarialProblem(Problem[OptionsT]):
         probe.close()  # it trained nothing: closing gives the individuals their own tensors back, unchanged
         return ""
 
-    def vary_together(self, jobs: Sequence[Variation]) -> str:
+    def vary_together(self, jobs: Sequence[Variation]) -> None:
         gens = [g for job in jobs for g in job.members["generator"]]
         discs = [d for job in jobs for d in job.members["discriminator"]]
         started = time.perf_counter()
         stacked = self.stacked_training(gens, discs, hooks=jobs[0].sparsity is not None)
-        if isinstance(stacked, str):
-            return stacked
+        if isinstance(stacked, str):  # the engine asked together_obstacle first: these individuals changed
+            raise RuntimeError(f"cells trained together: {stacked}")
         try:
             for job in jobs:
                 _begin(job)
-            _train_stacked(self, jobs, stacked, gens, discs)
+            for _ in _train(self, jobs, stacked):
+                raise RuntimeError("cells trained together cannot exchange inside a generation")
         finally:
             stacked.close()
         share = (time.perf_counter() - started) / len(jobs)
         for job in jobs:
             job.seconds = share
-        return ""
+
+
+class RowByRow(StackedTraining):
+    """The training backend that steps each individual on its own, through the problem's own
+    ``generator_step`` and ``discriminator_step`` (the reference arithmetic)."""
+
+    def __init__(self, problem: AdversarialProblem[Any]) -> None:
+        self.problem = problem
+        self.generators: list[Individual] = []
+        self.discriminators: list[Individual] = []
+
+    def generator_step(
+        self, faced: Sequence[Faced], real: Sequence[torch.Tensor], generators: Sequence[torch.Generator]
+    ) -> list[GeneratorStep]:
+        infos = []
+        for g, chosen, batch, stream in zip(self.generators, faced, real, generators, strict=True):
+            # One opponent keeps the plain call (and its exact arithmetic); several are weighted.
+            defence = chosen[0][0].network if len(chosen) == 1 else [(d.network, w) for d, w in chosen]
+            infos.append(self.problem.generator_step(g, defence, batch, generator=stream))
+        return infos
+
+    def discriminator_step(
+        self, defenders: Sequence[Individual], real: Sequence[torch.Tensor], generators: Sequence[torch.Generator]
+    ) -> None:
+        for d, defender, batch, stream in zip(self.discriminators, defenders, real, generators, strict=True):
+            self.problem.discriminator_step(d, defender.network, batch, generator=stream)
+
+    def close(self) -> None:
+        pass
 
 
 def _begin(job: Variation) -> None:
@@ -173,41 +177,36 @@ def _begin(job: Variation) -> None:
         job.sparsity.begin_generation(job.members["generator"], job.members["discriminator"], incumbents)
 
 
-def _batches(problem: AdversarialProblem[Any], job: Variation) -> Iterator[torch.Tensor]:
-    """The cell's batches of this generation, with the engine's exchange points between them."""
-    for step, real in enumerate(problem.training_batches(generator=job.rnd.torch, cell=job.cell_index)):
-        job.exchange_point(step)
-        yield real
-
-
-def _train_stacked(
-    problem: AdversarialProblem[Any],
-    jobs: Sequence[Variation],
-    stacked: StackedTraining,
-    gens: list[Individual],
-    discs: list[Individual],
-) -> None:
-    """Step by step, every cell's pairing and mutations in the looped order, then one stacked step; after
-    it the sparsity hooks row by row, as the looped path calls them."""
+def _train(
+    problem: AdversarialProblem[Any], jobs: Sequence[Variation], backend: StackedTraining
+) -> Iterator[int]:
+    """Lipizzaner's generation for every cell of ``jobs``, step by step: each cell's pairing, then each
+    member's mutation, from the cell's own streams; one step of every generator on ``backend``; the sparsity
+    hooks row by row; the same for the discriminators. Yields ``step`` where the run exchanges models."""
     pairing, mutate, sparsity = jobs[0].pairing, jobs[0].mutation.mutate, jobs[0].sparsity
-    batches = [iter(_batches(problem, job)) for job in jobs]
+    gens = [g for job in jobs for g in job.members["generator"]]
+    discs = [d for job in jobs for d in job.members["discriminator"]]
+    if isinstance(backend, RowByRow):
+        backend.generators, backend.discriminators = gens, discs
+    batches = [problem.training_batches(generator=job.rnd.torch, cell=job.cell_index) for job in jobs]
     step = 0
     while True:
-        batch = [next(it, None) for it in batches]
-        if any(real is None for real in batch):
-            if not all(real is None for real in batch):
+        reals = [next(it, None) for it in batches]
+        if any(real is None for real in reals):
+            if not all(real is None for real in reals):
                 raise RuntimeError("cells trained together must have the same number of batches")
             break
-        reals: list[torch.Tensor] = [real for real in batch if real is not None]
+        if jobs[0].exchange_due(step):
+            yield step
         if _together(jobs, problem.train_generator_at, step):
             faced, real_g, streams = _rows(
                 jobs, reals, lambda job: pairing.generator_opponents(job.opponents["generator"], rng=job.rnd.numpy),
                 "generator", mutate,
-            )
-            infos = stacked.generator_step(faced, real_g, streams)
-            if sparsity is not None:
-                for g, chosen, info in zip(gens, faced, infos, strict=True):
-                    info.step = step
+            )  # fmt: skip
+            infos = backend.generator_step(faced, real_g, streams)
+            for g, chosen, info in zip(gens, faced, infos, strict=True):
+                info.step = step
+                if sparsity is not None:
                     sparsity.after_generator_step(g, chosen[0][0], info, problem)
         if _together(jobs, problem.train_discriminator_at, step):
             defenders, real_d, streams = _rows(
@@ -217,7 +216,7 @@ def _train_stacked(
                 "discriminator",
                 mutate,
             )
-            stacked.discriminator_step(defenders, real_d, streams)
+            backend.discriminator_step(defenders, real_d, streams)
             if sparsity is not None:
                 for d in discs:
                     sparsity.after_discriminator_step(d)
@@ -229,7 +228,7 @@ def _train_stacked(
 
 def _rows(
     jobs: Sequence[Variation],
-    reals: Sequence[torch.Tensor],
+    reals: Sequence[torch.Tensor | None],
     pick: Callable[[Variation], Any],
     role: Role,
     mutate: Callable[..., dict[str, float]],
@@ -240,6 +239,7 @@ def _rows(
     real_rows: list[torch.Tensor] = []
     streams: list[torch.Generator] = []
     for job, real in zip(jobs, reals, strict=True):
+        assert real is not None
         chosen = pick(job)
         for individual in job.members[role]:
             individual.set_hyper(mutate(individual.hyper, rng=job.rnd.numpy))

@@ -361,8 +361,8 @@ class Variation:
     :param incumbents: per role, the cell's own population when ``members`` are offspring of it
         (selection on); empty when they are that population.
     :param rnd: the cell's random streams for this generation; draw every random number from them.
-    :param exchange_point: call with the number of batches done at each point where a run may exchange
-        models inside a generation (``exchange.every_batches``); it draws no random numbers.
+    :param exchange_every: batches between the exchanges inside a generation (``exchange.every_batches``;
+        0: none). A problem that honours them yields at each step :meth:`exchange_due` names.
     :param seconds: the time the phase took, set by whoever ran it (a share, when cells vary together).
     """
 
@@ -376,8 +376,12 @@ class Variation:
     mutation: Mutation[Any]
     pairing: Pairing[Any]
     sparsity: SparsityController[Any] | None
-    exchange_point: Callable[[int], None]
+    exchange_every: int = 0
     seconds: float = 0.0
+
+    def exchange_due(self, step: int) -> bool:
+        """Whether the run exchanges models before batch ``step`` (counted from 0; never before the first)."""
+        return bool(self.exchange_every and step and step % self.exchange_every == 0)
 
 
 class Problem(Component[OptionsT]):
@@ -455,9 +459,11 @@ class Problem(Component[OptionsT]):
         return f"problem {self.name} scores fitness pair by pair"
 
     @abc.abstractmethod
-    def vary(self, job: Variation) -> None:
+    def vary(self, job: Variation) -> Iterator[int] | None:
         """Vary ``job.members`` in place for one generation: gradient training for a GAN, recombination
-        and mutation for a genetic problem."""
+        and mutation for a genetic problem. To exchange inside the generation, be a generator that yields
+        ``step`` wherever ``job.exchange_due(step)``: the engine swaps in the neighbours' models, then
+        resumes it."""
         raise NotImplementedError
 
     def together_obstacle(self, populations: Sequence[Mapping[Role, Sequence[Individual]]], *, hooks: bool) -> str:
@@ -465,10 +471,11 @@ class Problem(Component[OptionsT]):
         a sparsity controller acts after every step. Deciding changes nothing."""
         return f"problem {self.name} varies one cell at a time"
 
-    def vary_together(self, jobs: Sequence[Variation]) -> str:
+    def vary_together(self, jobs: Sequence[Variation]) -> None:
         """Vary several cells' jobs as one batched computation, each as :meth:`vary` would (within float
-        tolerance); '' when done, else the reason (nothing varied: the engine varies them one by one)."""
-        return self.together_obstacle([job.members for job in jobs], hooks=jobs[0].sparsity is not None)
+        tolerance). Called only when :meth:`together_obstacle` found none, and never with exchanges inside
+        the generation."""
+        raise NotImplementedError(self.together_obstacle([job.members for job in jobs], hooks=False))
 
     @abc.abstractmethod
     def evaluate(

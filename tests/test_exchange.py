@@ -15,7 +15,6 @@ from test_run import metrics, run  # pytest puts tests/ on sys.path (rootdir con
 
 from evogan.cli import cli
 from evogan.engine.cell import Cell
-from evogan.engine.lockstep import run_in_turns
 from evogan.engine.optimizer_state import PREFIX
 from evogan.engine.run import build_settings
 from evogan.errors import MessageRejected, RunFailure
@@ -97,26 +96,32 @@ def test_resume_is_exact_with_the_new_keys(tiny_recipe) -> None:
     assert metrics(interrupted) == metrics(straight)
 
 
-def test_turns_run_one_body_at_a_time_in_a_fixed_order_and_raise_the_first_error() -> None:
-    log: list[str] = []
+def test_cells_in_one_process_take_turns_every_round_publishing_before_anyone_gathers(
+    tiny_recipe, published, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    events: list[tuple[str, int, int]] = []
+    original = InProcessTransport.gather
 
-    def body(name: str, pauses: int, fail: bool = False) -> Any:
-        def run_body(pause: Any) -> None:
-            for i in range(pauses):
-                log.append(f"{name}{i}")
-                pause()
-            if fail:
-                raise ValueError(name)
-            log.append(f"{name}-end")
+    def gather(self: InProcessTransport, cell: int, *args: Any, substep: int = 0, **kwargs: Any) -> Any:
+        events.append(("gather", cell, substep))
+        return original(self, cell, *args, substep=substep, **kwargs)
 
-        return run_body
-
-    run_in_turns([body("a", 2), body("b", 1)])
-    assert log == ["a0", "b0", "a1", "b-end", "a-end"]
-    log.clear()
-    with pytest.raises(ValueError, match="b"):
-        run_in_turns([body("a", 3), body("b", 1, fail=True)])
-    assert log == ["a0", "b0", "a1"]  # a unwinds at its next pause without doing more work
+    monkeypatch.setattr(InProcessTransport, "gather", gather)
+    monkeypatch.setattr(
+        InProcessTransport,
+        "publish",
+        lambda self, cell, frames, publish=InProcessTransport.publish: (
+            events.append(("publish", cell, envelope.parse_header(frames, max_bytes=1 << 40)["substep"])),
+            publish(self, cell, frames),
+        )[1],
+    )
+    run(tiny_recipe(generations=1), "exchange.every_batches=2")  # 4 batches: one point inside, after 2
+    start = [("publish", c, 0) for c in range(4)]
+    first_round = [e for c in range(4) for e in (("gather", c, 0), ("publish", c, 2))]
+    second_round = [e for c in range(4) for e in (("gather", c, 2), ("publish", c, 0))]
+    expected = start + first_round + second_round
+    assert events[: len(expected)] == expected
+    assert {e[0] for e in events[len(expected) :]} == {"gather"}  # the end: the last models, for the summary
 
 
 # ------------------------------------------------------------------------------------------ recipes

@@ -8,7 +8,7 @@ summarise the neighbourhood, and the cell's DEAP Logbook holds one record per ge
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -114,8 +114,6 @@ class Cell:
             roles=self.roles,
         )
         self._expected: Manifest | None = None
-        # called with the number of batches trained, every exchange.every_batches batches of a generation
-        self.between_batches: Callable[[int], None] | None = None
         self._training: Mapping[Role, list[Individual]] | None = None  # the individuals being varied now
         self._memo: dict[torch.nn.Module, Any] = {}  # this generation's per-network fitness outputs
         # vectorised cells: all-vs-all fitness through the problem's stacked_fitness where it can
@@ -348,7 +346,7 @@ class Cell:
             mutation=settings.mutation,
             pairing=settings.pairing,
             sparsity=settings.sparsity,
-            exchange_point=self._exchange_point,
+            exchange_every=settings.recipe.exchange.every_batches,
         )
         self._training = members
         try:
@@ -374,15 +372,15 @@ class Cell:
         self._record(pool, replaced, mixture_metrics)
         return timings
 
-    def vary(self, job: Variation) -> None:
-        """Vary one generation's job on its own (the reference path), through the problem."""
-        self.problem.vary(job)
+    def varying(self, job: Variation) -> Iterator[int]:
+        """The problem's variation of ``job``, paused at each exchange inside the generation (it yields
+        the batches done there)."""
+        return iter(self.problem.vary(job) or ())
 
-    def _exchange_point(self, step: int) -> None:
-        """Calls :attr:`between_batches` every ``exchange.every_batches`` batches (never before the first)."""
-        every = self.settings.recipe.exchange.every_batches
-        if every and step and step % every == 0 and self.between_batches is not None:
-            self.between_batches(step)
+    def vary(self, job: Variation) -> None:
+        """Vary one generation's job on its own, without exchanges inside it."""
+        for _ in self.varying(job):
+            pass
 
     def _cell_weights(self, individuals: Sequence[Individual]) -> list[float]:
         """Each individual's share of its cell's mixture weight (cells split evenly among their members),

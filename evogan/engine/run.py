@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -28,13 +28,13 @@ from evogan.api import (
     SparsityController,
     Topology,
     Transport,
+    Variation,
 )
 from evogan.engine.cell import Cell, CellSettings, finish
-from evogan.engine.lockstep import Pause, run_in_turns
 from evogan.engine.rundir import RunDirectory, writing
 from evogan.engine.vectorized import decide
 from evogan.errors import UserError
-from evogan.recipe import Recipe, build_nested, vectorize_choice
+from evogan.recipe import Recipe, build_nested
 from evogan.registry import Registries
 from evogan.rng import SCORE_STREAMS, CellRandom, score_generator
 
@@ -117,6 +117,19 @@ def build_settings(
     )
 
 
+@dataclass
+class _Turn:
+    """A cell's generation while cells take turns: its phases, its variation job and the variation's
+    pauses; ``substep``: the exchange point it waits at (None once it has trained to the end)."""
+
+    cell: Cell
+    phases: Generator[Variation, None, dict[str, float]]
+    job: Variation
+    steps: Iterator[int]
+    exchange_seconds: float
+    substep: int | None = None
+
+
 class Driver:
     """Steps ``cells`` (indices into the topology) until every one reaches the last generation."""
 
@@ -146,7 +159,7 @@ class Driver:
         self.device, self.workers, self.summarise, self.drives = device, workers, summarise, drives
         self.annotate = annotate
         self.info: RunInfo | None = None
-        self.vectorize, self.training_note = decide(recipe.run.vectorize, settings, device, len(self.cells))
+        self.vectorize, self.training_note = False, ""  # decided at start, when the populations exist
         self._unnoted: set[int] = set()
 
     # -------------------------------------------------------------------------------- start
@@ -170,9 +183,11 @@ class Driver:
         else:
             for cell in self.cells:
                 cell.initialise()
+        populations = [cell.populations for cell in self.cells]
+        self.vectorize, self.training_note = decide(
+            self.recipe.run.vectorize, self.settings, self.device, len(self.cells), populations
+        )
         if self.vectorize:
-            self._probe_vectorize()
-        if self.vectorize:  # still: the problem may have declined the training
             self._probe_fitness()
         self._unnoted = {cell.index for cell in self.cells}  # the training note leads each cell's log
         start = min(resume_at.values()) if resume_at else 0
@@ -234,16 +249,6 @@ class Driver:
     def progress(self, phase: str, *, expected: float = 0.0) -> None:
         """Where the loop is and how long that may take (seconds); a runtime's watchdog listens."""
 
-    def _probe_vectorize(self) -> None:
-        """Ask the problem whether it can vary these cells together; ``true`` where it cannot is an error."""
-        obstacle = self.settings.problem.together_obstacle(
-            [cell.populations for cell in self.cells], hooks=self.settings.sparsity is not None
-        )
-        if obstacle:
-            self.vectorize, self.training_note = vectorize_choice(
-                self.recipe.run.vectorize, device=self.device.type, cells=len(self.cells), obstacle=obstacle
-            )
-
     def _probe_fitness(self) -> None:
         """Vectorised cells score fitness as one batched evaluation each where the problem can; the
         training note's second line says which (the probe builds nothing and draws nothing)."""
@@ -259,31 +264,51 @@ class Driver:
             each.batched_fitness = True
 
     def step_cells(self, cells: Sequence[Cell]) -> None:
-        """One generation of each of ``cells`` (least advanced first). With exchanges inside the
-        generation, cells at the same generation take turns between those exchanges (see
-        :mod:`evogan.engine.lockstep`); vectorised, they train together (:mod:`evogan.engine.vectorized`);
-        otherwise they run one after another."""
-        if self.vectorize:
-            self.step_together(cells)
-            return
-        if not self.recipe.exchange.every_batches:
-            for cell in cells:
-                self.step_cell(cell)
-            return
+        """One generation of each of ``cells``, cells at the same generation together: vectorised, as one
+        batched computation (:mod:`evogan.engine.vectorized`); otherwise one after another, taking turns
+        at the exchanges inside the generation (:meth:`take_turns`)."""
         for generation in sorted({cell.generation for cell in cells}):
             group = [cell for cell in cells if cell.generation == generation]
-            run_in_turns([partial(self.step_cell, cell) for cell in group])
+            if self.vectorize:
+                self.step_together(group)
+            else:
+                self.take_turns(group)
 
-    def _exchange_inside(self, cell: Cell, batches: int, pause: Pause, spent: list[float]) -> None:
-        """Publish the models being trained, let the other local cells reach the same point, then
-        gather and load the neighbours' models stamped ``(last generation, batches)``."""
-        exchange = self.recipe.exchange
-        self.progress("exchange", expected=exchange.timeout)
+    def take_turns(self, group: Sequence[Cell]) -> None:
+        """One generation of each cell in ``group``: a cell trains until its next exchange inside the
+        generation (it publishes there), then the next cell takes its turn; a cell gathers what its
+        neighbours published when its turn comes round again. Every round publishes before anyone gathers
+        and the order of all work is fixed: a single process computes what lockstep workers compute."""
+        turns: list[_Turn] = []
+        for cell in group:  # first round: each cell gathers the last generation's models as its turn comes
+            exchange_seconds = self.gather(cell)
+            phases = cell.generation_phases()
+            job = next(phases)
+            turns.append(_Turn(cell, phases, job, cell.varying(job), exchange_seconds))
+            self._advance(turns[-1])
+        while waiting := [turn for turn in turns if turn.substep is not None]:
+            for turn in waiting:
+                self._gather_inside(turn)
+                self._advance(turn)
+
+    def _advance(self, turn: _Turn) -> None:
+        """Train ``turn``'s cell to its next exchange point and publish there, or to the generation's end."""
         started = time.perf_counter()
-        self.transport.publish(cell.index, cell.message(substep=batches))
-        published = time.perf_counter()
-        pause()
-        resumed = time.perf_counter()
+        turn.substep = next(turn.steps, None)
+        turn.job.seconds += time.perf_counter() - started
+        if turn.substep is None:
+            self.finish_step(turn.cell, finish(turn.phases), turn.exchange_seconds)
+            return
+        self.progress("exchange", expected=self.recipe.exchange.timeout)
+        started = time.perf_counter()
+        self.transport.publish(turn.cell.index, turn.cell.message(substep=turn.substep))
+        turn.exchange_seconds += time.perf_counter() - started
+
+    def _gather_inside(self, turn: _Turn) -> None:
+        """Load the neighbours' models stamped ``(last generation, batches done)`` into ``turn``'s cell."""
+        cell, exchange, batches = turn.cell, self.recipe.exchange, turn.substep
+        assert batches is not None
+        started = time.perf_counter()
         messages = self.transport.gather(
             cell.index,
             cell.neighbours,
@@ -293,27 +318,18 @@ class Driver:
             substep=batches,
         )
         cell.receive(messages, wanted=(cell.generation - 1, batches))
-        spent[0] += published - started + time.perf_counter() - resumed  # exchanging
-        spent[1] += resumed - published  # other cells' turns: not this cell's time
+        turn.exchange_seconds += time.perf_counter() - started
         self.progress("train")
 
-    def step_together(self, cells: Sequence[Cell]) -> None:
-        """One generation of each of ``cells``, their training phases as one batched computation (cells
-        at the same generation together; each generation's phases before and after training per cell)."""
-        for generation in sorted({cell.generation for cell in cells}):
-            group = [cell for cell in cells if cell.generation == generation]
-            exchanged = [self.gather(cell) for cell in group]
-            phases = [cell.generation_phases() for cell in group]
-            jobs = [next(phase) for phase in phases]
-            declined = self.settings.problem.vary_together(jobs)
-            if declined:  # the problem refused these individuals (checked at start: should not happen)
-                self.run_dir.log(group[0].index, f"training: looped this generation ({declined})")
-                for cell, job in zip(group, jobs, strict=True):
-                    started = time.perf_counter()
-                    cell.vary(job)
-                    job.seconds = time.perf_counter() - started
-            for cell, phase, seconds in zip(group, phases, exchanged, strict=True):
-                self.finish_step(cell, finish(phase), seconds, [0.0, 0.0])
+    def step_together(self, group: Sequence[Cell]) -> None:
+        """One generation of each cell in ``group``, their variation as one batched computation (each
+        cell's phases before and after it on their own)."""
+        exchanged = [self.gather(cell) for cell in group]
+        phases = [cell.generation_phases() for cell in group]
+        jobs = [next(phase) for phase in phases]
+        self.settings.problem.vary_together(jobs)
+        for cell, phase, seconds in zip(group, phases, exchanged, strict=True):
+            self.finish_step(cell, finish(phase), seconds)
 
     def gather(self, cell: Cell) -> float:
         """Gather and adopt the neighbours' models for ``cell``'s next generation; the seconds it took."""
@@ -336,26 +352,13 @@ class Driver:
         self.progress("train")
         return exchange_seconds
 
-    def step_cell(self, cell: Cell, pause: Pause | None = None) -> None:
-        """One generation of ``cell``; ``pause`` (given when taking turns) yields to the other cells."""
-        exchange_seconds = self.gather(cell)
-        spent = [0.0, 0.0]
-        if pause is not None:
-            cell.between_batches = lambda batches: self._exchange_inside(cell, batches, pause, spent)
-        try:
-            timings = cell.step()
-        finally:
-            cell.between_batches = None
-        self.finish_step(cell, timings, exchange_seconds, spent)
-
-    def finish_step(self, cell: Cell, timings: dict[str, float], exchange_seconds: float, spent: list[float]) -> None:
+    def finish_step(self, cell: Cell, timings: dict[str, float], exchange_seconds: float) -> None:
         """Publish, record, log, fire the generation's hook, checkpoint and draw as the recipe asks.
-        ``spent``: seconds exchanging inside the generation and waiting for other cells' turns."""
+        ``exchange_seconds``: this generation's exchanges so far (the publishing here is added)."""
         record = cell.logbook[-1]  # the generation's record: metrics.jsonl, the log and the hook get it
         started = time.perf_counter()
         self.transport.publish(cell.index, cell.message())
-        timings["exchange"] = exchange_seconds + spent[0] + time.perf_counter() - started
-        timings["training"] -= spent[0] + spent[1]
+        timings["exchange"] = exchange_seconds + time.perf_counter() - started
         extra = dict(self.annotate(cell.index)) if self.annotate is not None else {}
         self.run_dir.append_metrics(record)
         self.run_dir.append_timings({"cell": cell.index, "generation": cell.generation, **timings, **extra})

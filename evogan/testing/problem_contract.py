@@ -68,7 +68,6 @@ def _job(problem: Problem[Any], registries: Registries, seed: int, size: int) ->
         mutation=mutation(mutation.Options()),
         pairing=pairing(pairing.Options()),
         sparsity=None,
-        exchange_point=lambda step: None,
     )
 
 
@@ -121,8 +120,8 @@ def check_problem(
         )
 
         mates = {role: [_state(ind.network) for ind in job.pool[role][size:]] for role in roles}
-        problem.vary(job)
-        problem.vary(again)
+        for each in (job, again):
+            assert not list(problem.vary(each) or ()), "vary yields only where job.exchange_due(step)"
         for role in roles:
             varied = [_state(ind.network) for ind in job.members[role]]
             assert all(
