@@ -17,7 +17,8 @@ from torch import nn
 
 from evogan.api import Problem, Role
 from evogan.builtin.gan.problem import GanProblem
-from evogan.builtin.gan.stacked_fitness import StackedGanFitness, run_plan_shared, run_stacked
+from evogan.builtin.gan.stacked import run_plan
+from evogan.builtin.gan.stacked_fitness import StackedGanFitness, run_stacked
 from evogan.engine.run import build_settings
 from evogan.plugins import make_plugin_manager, registered
 from evogan.recipe import load
@@ -202,7 +203,7 @@ def test_the_shared_input_chain_and_the_chunks_compute_each_rows_network(monkeyp
     plan = linear_plan(networks[0])
     assert plan is not None
     params, _ = stacked_state(networks)
-    torch.testing.assert_close(run_plan_shared(plan, params, x), expected)
+    torch.testing.assert_close(run_plan(plan, params, x, shared=True), expected)
     per_chunk = 3 * (len(networks) if rows == "stacked-rows" else 1)  # three samples per chunk
     monkeypatch.setitem(stacked_fitness.FITNESS_SAMPLES, "cpu", per_chunk)
     torch.testing.assert_close(run_stacked(networks, x, 6), expected)

@@ -308,25 +308,11 @@ class GanProblem(AdversarialProblem[GanOptions]):
         score: Sequence[Role] = ("generator", "discriminator"),
         memo: dict[nn.Module, Any] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        z = self.noise(real.shape[0], generator)  # the same noise for every generator
-        g_loss = torch.zeros(len(generators), len(discriminators))
-        d_loss = torch.zeros(len(discriminators), len(generators))
-        score_g, score_d = "generator" in score, "discriminator" in score
-        memo = {} if memo is None else memo
-        with evaluating(*generators, *discriminators):
-            fakes = [g(z) for g in generators]
-            for j, d in enumerate(discriminators):
-                if score_d:  # D(real) only enters the discriminator's loss
-                    if d not in memo:
-                        memo[d] = d(real)
-                    real_logits = memo[d]
-                for i, fake in enumerate(fakes):
-                    fake_logits = d(fake)
-                    if score_g:
-                        g_loss[i, j] = self.loss.generator_loss(fake_logits)
-                    if score_d:
-                        d_loss[j, i] = self.loss.discriminator_loss(real_logits, fake_logits)
-        return g_loss, d_loss
+        from evogan.builtin.gan.stacked_fitness import all_vs_all
+
+        return all_vs_all(
+            self, generators, discriminators, real, generator=generator, score=score, memo=memo, stacked=False
+        )
 
     # -------------------------------------------------------------------------------- training
     def generator_step(

@@ -120,6 +120,13 @@ PER_SAMPLE: tuple[type[nn.Module], ...] = (
 )  # fmt: skip
 
 
+# Modules that act on every element alone: a shared input needs no per-row layout for them.
+ELEMENTWISE: tuple[type[nn.Module], ...] = (
+    nn.Identity, nn.Tanh, nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.Sigmoid, nn.ELU, nn.GELU, nn.SiLU, nn.Softplus,
+    nn.Hardtanh,
+)  # fmt: skip
+
+
 def linear_plan(network: nn.Module) -> list[tuple[nn.Module, str | None]] | None:
     """The network as a chain of linear layers (with their parameter prefix) and per-sample modules
     (prefix None), or None when it is anything else. Such a chain runs as batched matrix products
@@ -137,19 +144,32 @@ def linear_plan(network: nn.Module) -> list[tuple[nn.Module, str | None]] | None
     return plan
 
 
-def run_plan(plan: Sequence[tuple[nn.Module, str | None]], params: Params, x: torch.Tensor) -> torch.Tensor:
-    """Every row's network on its own batch: ``x`` is (rows, batch, ...), the result likewise."""
-    rows = x.shape[0]
+def run_plan(
+    plan: Sequence[tuple[nn.Module, str | None]], params: Params, x: torch.Tensor, *, shared: bool = False
+) -> torch.Tensor:
+    """Every row's linear chain: on its own batch, ``x`` (rows, batch, ...), or with ``shared`` on the
+    same input, ``x`` (batch, ...); the result is (rows, batch, ...). A shared input is never copied per
+    row: the first linear layer of all rows is one product with their weights side by side, read row by
+    row through a strided view."""
+    rows = next(iter(params.values())).shape[0]
+    stacked = not shared
     for module, prefix in plan:
         if prefix is None:
-            y = module(x.reshape(-1, *x.shape[2:]))
-            x = y.reshape(rows, y.shape[0] // rows, *y.shape[1:])
-        else:
-            weight, bias = params[f"{prefix}.weight"], params[f"{prefix}.bias"]
-            flat = x.reshape(rows, -1, x.shape[-1])
-            out = torch.baddbmm(bias.unsqueeze(1), flat, weight.transpose(1, 2))
+            if not stacked or isinstance(module, ELEMENTWISE):  # the same for every row / any layout
+                x = module(x)
+            else:
+                y = module(x.reshape(-1, *x.shape[2:]))
+                x = y.reshape(rows, y.shape[0] // rows, *y.shape[1:])
+            continue
+        weight, bias = params[f"{prefix}.weight"], params[f"{prefix}.bias"]
+        if stacked:
+            out = torch.baddbmm(bias.unsqueeze(1), x.reshape(rows, -1, x.shape[-1]), weight.transpose(1, 2))
             x = out.reshape(*x.shape[:-1], out.shape[-1])
-    return x
+        else:
+            out = torch.addmm(bias.reshape(-1), x.reshape(-1, x.shape[-1]), weight.reshape(-1, weight.shape[-1]).t())
+            x = out.view(*x.shape[:-1], rows, weight.shape[1]).movedim(-2, 0)
+            stacked = True
+    return x if stacked else x.expand(rows, *x.shape)
 
 
 class Stack:
@@ -478,6 +498,7 @@ class StackedGan(StackedTraining):
 
 
 __all__ = [
+    "ELEMENTWISE",
     "PER_SAMPLE",
     "Opposed",
     "Stack",

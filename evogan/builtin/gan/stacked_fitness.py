@@ -34,7 +34,7 @@ from torch.func import functional_call, vmap
 
 from evogan.api import ROLES, Role, StackedFitness
 from evogan.builtin.gan.modes import evaluating
-from evogan.builtin.gan.stacked import Forward, GanSteps, Params, linear_plan, signature
+from evogan.builtin.gan.stacked import Forward, GanSteps, Params, linear_plan, run_plan, signature
 
 # Whether a device runs the networks' stacked rows as one forward. On the CPU it does not: there the looped
 # path's products are already bound by arithmetic and memory, and the stacked rows (batched products on a
@@ -82,43 +82,11 @@ def stacked_state(networks: Sequence[nn.Module]) -> tuple[Params, Params]:
 
 
 # Per-sample modules that act on each value alone: applied to the stacked activations in any layout.
-ELEMENTWISE: tuple[type[nn.Module], ...] = (
-    nn.Identity, nn.Tanh, nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.Sigmoid, nn.ELU, nn.GELU, nn.SiLU, nn.Softplus,
-    nn.Hardtanh,
-)  # fmt: skip
-
-
-def run_plan_shared(plan: Sequence[tuple[nn.Module, str | None]], params: Params, x: torch.Tensor) -> torch.Tensor:
-    """Every row's linear chain on the same input ``x`` (samples, ...): (rows, samples, ...). The first
-    linear layer of all rows is one product with the rows' weights side by side; its result is read row
-    by row through a strided view (no copy), and the chain goes on as
-    :func:`~evogan.builtin.gan.stacked.run_plan` does."""
-    rows = next(iter(params.values())).shape[0]
-    stacked = False
-    for module, prefix in plan:
-        if prefix is None:
-            if not stacked or isinstance(module, ELEMENTWISE):  # the same for every row / any layout
-                x = module(x)
-            else:
-                y = module(x.reshape(-1, *x.shape[2:]))
-                x = y.reshape(rows, y.shape[0] // rows, *y.shape[1:])
-            continue
-        weight, bias = params[f"{prefix}.weight"], params[f"{prefix}.bias"]
-        if stacked:
-            out = torch.baddbmm(bias.unsqueeze(1), x.reshape(rows, -1, x.shape[-1]), weight.transpose(1, 2))
-            x = out.reshape(*x.shape[:-1], out.shape[-1])
-        else:
-            out = torch.addmm(bias.reshape(-1), x.reshape(-1, x.shape[-1]), weight.reshape(-1, weight.shape[-1]).t())
-            x = out.view(*x.shape[:-1], rows, weight.shape[1]).movedim(-2, 0)
-            stacked = True
-    return x if stacked else x.expand(rows, *x.shape)
-
-
 def shared_forward(template: nn.Module, buffered: bool) -> Forward:
     """``forward(params, buffers, x)``: every stacked row's network on the same input ``x``."""
     plan = None if buffered else linear_plan(template)
     if plan is not None:
-        return lambda params, _, x: run_plan_shared(plan, params, x)
+        return lambda params, _, x: run_plan(plan, params, x, shared=True)
     return vmap(lambda params, buffers, x: functional_call(template, (params, buffers), (x,)), in_dims=(0, 0, None))
 
 
@@ -139,6 +107,49 @@ def run_stacked(networks: Sequence[nn.Module], x: torch.Tensor, values_per_sampl
     return torch.cat([forward(params, buffers, part) for part in x.split(chunk)], dim=1)
 
 
+def all_vs_all(
+    problem: GanSteps,
+    generators: Sequence[nn.Module],
+    discriminators: Sequence[nn.Module],
+    real: torch.Tensor,
+    *,
+    generator: torch.Generator,
+    score: Sequence[Role] = ROLES,
+    memo: dict[nn.Module, Any] | None = None,
+    stacked: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The GAN's fitness matrices ``(g_loss[G, D], d_loss[D, G])`` on one noise draw shared by every
+    generator. The forwards run pair by pair (``stacked`` false: the reference arithmetic) or as stacked
+    rows (:func:`run_stacked`); the losses are the loss's own calls on each pair's logits either way."""
+    loss = problem.loss
+    z = problem.noise(real.shape[0], generator)
+    g_loss = torch.zeros(len(generators), len(discriminators))
+    d_loss = torch.zeros(len(discriminators), len(generators))
+    score_g, score_d = "generator" in score, "discriminator" in score
+    memo = {} if memo is None else memo
+    missing = [d for d in discriminators if d not in memo] if score_d else []  # D(real): the D loss only
+    with evaluating(*generators, *discriminators):
+        logits: Sequence[Sequence[torch.Tensor]]
+        if stacked:
+            sample = real[0].numel()
+            fakes = run_stacked(generators, z, max(sample, z[0].numel()))  # (G, samples, ...)
+            every = fakes.reshape(-1, *fakes.shape[2:])  # all generators' fakes as one batch
+            logits = run_stacked(discriminators, every, sample).unflatten(1, fakes.shape[:2])  # (D, G, ...)
+            if missing:
+                memo.update(zip(missing, run_stacked(missing, real, sample), strict=True))
+        else:
+            fake_list = [g(z) for g in generators]
+            memo.update((d, d(real)) for d in missing)
+            logits = [[d(fake) for fake in fake_list] for d in discriminators]
+        for j, d in enumerate(discriminators):
+            for i in range(len(generators)):
+                if score_g:
+                    g_loss[i, j] = loss.generator_loss(logits[j][i])
+                if score_d:
+                    d_loss[j, i] = loss.discriminator_loss(memo[d], logits[j][i])
+    return g_loss, d_loss
+
+
 class StackedGanFitness(StackedFitness):
     """:class:`~evogan.api.StackedFitness` for :class:`~evogan.builtin.gan.problem.GanProblem`."""
 
@@ -154,37 +165,19 @@ class StackedGanFitness(StackedFitness):
         score: Sequence[Role] = ROLES,
         memo: dict[nn.Module, Any] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        gens, discs, loss = self.generators, self.discriminators, self.problem.loss
-        z = self.problem.noise(real.shape[0], generator)  # the same noise for every generator
-        g_loss = torch.zeros(len(gens), len(discs))
-        d_loss = torch.zeros(len(discs), len(gens))
-        score_g, score_d = "generator" in score, "discriminator" in score
-        memo = {} if memo is None else memo
-        sample = real[0].numel()
-        with evaluating(*gens, *discs):
-            fakes = run_stacked(gens, z, max(sample, z[0].numel()))  # (G, samples, ...)
-            every = fakes.reshape(-1, *fakes.shape[2:])  # all generators' fakes as one batch
-            logits = run_stacked(discs, every, sample).unflatten(1, fakes.shape[:2])  # (D, G, samples, ...)
-            missing = [d for d in discs if d not in memo] if score_d else []
-            if missing:  # D(real) only enters the discriminator's loss
-                memo.update(zip(missing, run_stacked(missing, real, sample), strict=True))
-            for j, d in enumerate(discs):
-                for i in range(len(gens)):
-                    if score_g:
-                        g_loss[i, j] = loss.generator_loss(logits[j, i])
-                    if score_d:
-                        d_loss[j, i] = loss.discriminator_loss(memo[d], logits[j, i])
-        return g_loss, d_loss
+        return all_vs_all(
+            self.problem, self.generators, self.discriminators, real,
+            generator=generator, score=score, memo=memo, stacked=True,
+        )  # fmt: skip
 
 
 __all__ = [
-    "ELEMENTWISE",
     "FITNESS_ELEMENTS",
     "FITNESS_SAMPLES",
     "STACK_ROWS",
     "StackedGanFitness",
+    "all_vs_all",
     "fitness_unstackable",
-    "run_plan_shared",
     "run_stacked",
     "shared_forward",
     "stacked_state",
