@@ -47,10 +47,10 @@ VARIANTS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     "adapt-relax": ("adapt-relax", (), ()),
     "adapt-strict": ("adapt-strict", (), ()),
     # the band calibrated on this pair, each lowering checked against BR (verify)
-    "adapt-relax-auto": ("adapt-relax", ('band="auto"', 'verify="shrink"'), ()),
-    "adapt-strict-auto": ("adapt-strict", ('band="auto"', 'verify="shrink"'), ()),
+    "adapt-relax-auto": ("adapt-relax", ("calibrate", 'verify="shrink"'), ()),
+    "adapt-strict-auto": ("adapt-strict", ("calibrate", 'verify="shrink"'), ()),
     # the D controller alone (the paper's DDA): G keeps its initial mask
-    "adapt-relax-auto-gstatic": ("adapt-relax", ('band="auto"', 'verify="shrink"', 'g_mask="static"'), ()),
+    "adapt-relax-auto-gstatic": ("adapt-relax", ("calibrate", 'verify="shrink"', 'g_mask="static"'), ()),
     # probes: G's prune-and-grow gentler, the generator average, D denser
     "rigl-df01": ("rigl", ("drop_fraction=0.1",), ()),
     "rigl-sema": ("rigl", ("sema=0.999",), ()),
@@ -79,11 +79,11 @@ def sparsity_table(variant: str, density: float, steps: int) -> str:
         fields += [f"g_interval={g_interval}", f"total_steps={steps}"]
     if use.startswith("adapt"):
         fields += [f"d_interval={2 * d_interval if use == 'adapt-strict' else d_interval}"]
-        if 'band="auto"' in extra:
-            fields += [f"band_warmup={2 * d_interval}"]  # two relax intervals at d_D = d_G
+        if "calibrate" in extra:  # the calibrated band: two relax intervals of warm-up at d_D = d_G
+            fields += [f"calibrate={{warmup={2 * d_interval}}}"]
     if any(field.startswith("density_d=") for field in extra):  # the variant's own D density wins
         fields.remove(f"density_d={density}")
-    return "{" + ", ".join(fields + list(extra)) + "}"
+    return "{" + ", ".join(fields + [field for field in extra if field != "calibrate"]) + "}"
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -196,7 +196,7 @@ def report(results: list[dict[str, Any]], every: int) -> str:
             )
             if variant.startswith("adapt"):
                 line += " | d_D " + " ".join(f"{r['density_d'][i]:.2f}" for i in picks)
-                if 'band="auto"' in VARIANTS[variant][1] and r["br_band"]:
+                if "calibrate" in VARIANTS[variant][1] and r["br_band"]:
                     line += f" | band [{fmt(r['br_band'][0], 3)}, {fmt(r['br_band'][1], 3)}]"
             lines.append(line)
     return "\n".join(lines)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -50,15 +51,29 @@ def warn_plugin_failure(failure: PluginFailure) -> None:
     console.print(f"[bold yellow]warning:[/] {escape(failure.warning())}", markup=True)
 
 
+def _warning_line(message: Warning | str, category: type[Warning], *args: Any, **kwargs: Any) -> None:
+    """A user-facing warning (a deprecated recipe key) as one line on stderr; others as Python shows them."""
+    if not issubclass(category, FutureWarning):
+        _show_warning(message, category, *args, **kwargs)
+        return
+    console = Console(stderr=True, highlight=False, soft_wrap=True)
+    console.print(f"[bold yellow]warning:[/] {escape(str(message))}", markup=True)
+
+
+_show_warning = warnings.showwarning
+
+
 def handle_errors(function: Callable[..., Any]) -> Callable[..., Any]:
-    """A command's errors as one line each, and one warning line per plugin that failed to load (however
-    many plugin managers the command makes)."""
+    """A command's errors as one line each, one warning line per plugin that failed to load (however
+    many plugin managers the command makes) and one per deprecated recipe key."""
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         from evogan.plugins import reporting_failures
 
         try:
-            with reporting_failures(warn_plugin_failure):
+            with reporting_failures(warn_plugin_failure), warnings.catch_warnings():
+                warnings.simplefilter("default", FutureWarning)  # a deprecated recipe key: once per place
+                warnings.showwarning = _warning_line
                 return function(*args, **kwargs)
         except EvoganError as error:
             fail(error)

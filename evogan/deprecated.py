@@ -50,12 +50,24 @@ DEPRECATIONS: tuple[Deprecation, ...] = (
         removal="0.4.0",
     ),
 )
-_BY_NAME = {deprecation.old: deprecation for deprecation in DEPRECATIONS}
+# Recipe keys: the options model maps them to the new ones and warns (FutureWarning: shown to users).
+RECIPE_KEYS: tuple[Deprecation, ...] = (
+    Deprecation(
+        "sparsity.band", 'a sparsity.calibrate table (band = "auto"), or none (band = "fixed")', "0.3.0", "0.4.0"
+    ),
+    Deprecation("sparsity.band_warmup", "sparsity.calibrate.warmup", since="0.3.0", removal="0.4.0"),
+    Deprecation("sparsity.band_settle", "sparsity.calibrate.settle", since="0.3.0", removal="0.4.0"),
+    Deprecation("sparsity.band_width", "sparsity.calibrate.width", since="0.3.0", removal="0.4.0"),
+    Deprecation("sparsity.band_min_width", "sparsity.calibrate.min_width", since="0.3.0", removal="0.4.0"),
+)
+_BY_NAME = {deprecation.old: deprecation for deprecation in (*DEPRECATIONS, *RECIPE_KEYS)}
 
 
 def warn(old: str) -> None:
-    """Warn, on behalf of the caller's caller, that ``old`` (a name in :data:`DEPRECATIONS`) is deprecated."""
-    warnings.warn(_BY_NAME[old].message(), DeprecationWarning, stacklevel=3)
+    """Warn, on behalf of the caller's caller, that ``old`` (a name in :data:`DEPRECATIONS` or
+    :data:`RECIPE_KEYS`) is deprecated. A recipe key warns with ``FutureWarning``, which users see."""
+    category = FutureWarning if _BY_NAME[old] in RECIPE_KEYS else DeprecationWarning
+    warnings.warn(_BY_NAME[old].message(), category, stacklevel=3)
 
 
 def module_getattr(module: str, namespace: Mapping[str, Any]) -> Callable[[str], Any]:
@@ -130,4 +142,4 @@ def _dropping(function: Callable[..., Any], missing: tuple[str, ...], name: str)
     return adapted
 
 
-__all__ = ["DEPRECATIONS", "NEW_KEYWORDS", "Deprecation", "adapt_signatures", "module_getattr", "warn"]
+__all__ = ["DEPRECATIONS", "NEW_KEYWORDS", "RECIPE_KEYS", "Deprecation", "adapt_signatures", "module_getattr", "warn"]

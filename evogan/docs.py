@@ -9,13 +9,13 @@ import json
 import re
 import sys
 from pathlib import Path
-from typing import Any, TypeVar, get_origin
+from typing import Any, TypeVar, get_args, get_origin
 
 import click
 from pydantic import BaseModel
 
-from evogan.api import KINDS
-from evogan.deprecated import DEPRECATIONS
+from evogan.api import KINDS, ComponentOptions
+from evogan.deprecated import DEPRECATIONS, RECIPE_KEYS
 from evogan.recipe import COMPONENT_TABLES, FIXED_TABLES, nested_kinds
 from evogan.registry import KIND_HOOKS, Registries
 
@@ -46,11 +46,17 @@ def _default(info: Any) -> str:
     return json.dumps(value) if not isinstance(value, bool) else str(value).lower()
 
 
-def _fields(model: type[BaseModel]) -> list[str]:
+def _fields(model: type[BaseModel], prefix: str = "", *, expand: bool = True) -> list[str]:
+    """One row per key; an options table nested in a component's options (``calibrate``) adds one row per
+    key of its own, as ``calibrate.warmup``."""
     rows = []
     for name, info in model.model_fields.items():
         description = (info.description or "").replace("|", "\\|")
-        rows.append(f"| `{name}` | `{_default(info)}` | {description} |")
+        rows.append(f"| `{prefix}{name}` | `{_default(info)}` | {description} |")
+        nested = [t for t in (info.annotation, *get_args(info.annotation)) if expand and isinstance(t, type)]
+        for table in nested:
+            if issubclass(table, ComponentOptions) and model is not table:
+                rows += _fields(table, f"{prefix}{name}.")
     return rows
 
 
@@ -61,7 +67,7 @@ def _table_reference(table: str, model: type[BaseModel]) -> list[str]:
         for name, info in model.model_fields.items()
         if isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel)
     }
-    rows = [row for row in _fields(model) if row.split("`")[1] not in nested]
+    rows = [row for row in _fields(model, expand=False) if row.split("`")[1] not in nested]
     out = [f"### `[{table}]`\n"]
     if "." in table and model.__doc__:  # a nested table says what it is; the top-level ones are known
         out.append(" ".join(model.__doc__.split()) + "\n")
@@ -218,6 +224,15 @@ def api_reference() -> str:
     for d in DEPRECATIONS:
         new, _, why = d.new.partition(" ")
         out.append(f"| `{d.old}` | {f'`{new}` {why}'.strip()} | {d.since} | {d.removal} at the earliest |")
+    out += [
+        "",
+        "### Deprecated recipe keys\n",
+        "They still work; each use warns in one line.\n",
+        "| key | use instead | deprecated in | removed in |",
+        "| --- | --- | --- | --- |",
+    ]
+    for d in RECIPE_KEYS:
+        out.append(f"| `{d.old}` | {d.new} | {d.since} | {d.removal} at the earliest |")
     return "\n".join([*out, ""])
 
 

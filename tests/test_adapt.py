@@ -93,7 +93,7 @@ def test_calibrated_band_rule() -> None:
 
 
 def test_calibrated_band_from_a_synthetic_br_sequence() -> None:
-    ctrl, g, d = adapt(da_iters=2, d_interval=2, band="auto", band_warmup=6, band_width=0.2)
+    ctrl, g, d = adapt(da_iters=2, d_interval=2, calibrate={"warmup": 6, "width": 0.2})
     # per-sample ratios (fD = 0, r = 1): 0.1 0.3 0.2 0.6 1.0 0.2 -> window BRs at ticks 2..6
     warmup = [(v, 0.0, 1.0) for v in (0.1, 0.3, 0.2, 0.6, 1.0, 0.2)]
     feed(ctrl, g, d, warmup)
@@ -112,7 +112,7 @@ def test_calibrated_band_from_a_synthetic_br_sequence() -> None:
 
 
 def test_band_settle_leaves_the_warm_up_transient_out_of_the_calibration() -> None:
-    ctrl, g, d = adapt(da_iters=2, d_interval=2, band="auto", band_warmup=6, band_settle=3, band_width=0.2)
+    ctrl, g, d = adapt(da_iters=2, d_interval=2, calibrate={"warmup": 6, "settle": 3, "width": 0.2})
     warmup = [(v, 0.0, 1.0) for v in (0.1, 0.3, 0.2, 0.6, 1.0, 0.2)]  # window BRs 0.2 0.25 0.4 0.8 0.6
     feed(ctrl, g, d, warmup)
     state = d.sparse["balance"]
@@ -307,7 +307,7 @@ def test_sema_is_masked_on_a_g_mask_change() -> None:
 # ------------------------------------------------------------------------------------------ resume
 AUTO = (
     '{use="adapt-relax", density_g=0.5, density_d=0.5, br_freq=1, da_iters=2, d_interval=2, g_interval=3, '
-    'total_steps=24, band="auto", band_warmup=6, sema=0.5, verify="both"}'
+    'total_steps=24, calibrate={warmup=6}, sema=0.5, verify="both"}'
 )
 
 
@@ -336,12 +336,13 @@ def test_resume_restores_the_calibration_state_exactly(tiny_recipe) -> None:
 @pytest.mark.parametrize(
     ("table", "message"),
     [
-        ('{use="adapt-relax", band="median"}', "sparsity.band: "),
-        ('{use="adapt-relax", band="auto", density_d=0.5}', "density_d (0.5) must equal density_g"),
-        ('{use="adapt-relax", band="auto", band_warmup=100}', "band_warmup (100) must be at least da_iters"),
-        ('{use="adapt-strict", band_width=0}', "sparsity.band_width: "),
-        ('{use="adapt-relax", band="auto", band_settle=2000}', "band_settle (2000) must be below band_warmup"),
-        ('{use="adapt-relax", band_min_width=-1}', "sparsity.band_min_width: "),
+        ('{use="adapt-relax", calibrate="median"}', "sparsity.calibrate: "),
+        ('{use="adapt-relax", calibrate={}, density_d=0.5}', "density_d (0.5) must equal density_g"),
+        ('{use="adapt-relax", calibrate={warmup=100}}', "calibrate.warmup (100) must be at least da_iters"),
+        ('{use="adapt-strict", calibrate={width=0}}', "sparsity.calibrate.width: "),
+        ('{use="adapt-relax", calibrate={settle=2000}}', "settle (2000) must be below warmup (2000)"),
+        ('{use="adapt-relax", calibrate={min_width=-1}}', "sparsity.calibrate.min_width: "),
+        ('{use="adapt-relax", calibrate={warm_up=10}}', "sparsity.calibrate.warm_up: "),
         ('{use="adapt-relax", g_mask="frozen"}', "sparsity.g_mask: "),
         ('{use="adapt-relax", verify="always"}', "sparsity.verify: "),
         ('{use="rigl", sema=1.0}', "sparsity.sema: "),
@@ -355,3 +356,25 @@ def test_bad_band_and_sema_options_are_one_line_recipe_errors(tiny_recipe, table
     assert result.exit_code == 2, result.output
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and f"{path}: sparsity" in lines[0] and message in lines[0], result.output
+
+
+# ------------------------------------------------------------------------------------------ 0.2's band keys
+def test_the_flat_band_keys_of_0_2_still_work_with_a_warning_each(tiny_recipe) -> None:
+    old = {"band": "auto", "band_warmup": 6, "band_settle": 3, "band_width": 0.2, "band_min_width": 0.02}
+    with pytest.warns(FutureWarning) as caught:
+        options = builtin.AdaptRelax.Options(br_freq=1, da_iters=2, **old)
+    assert sorted(str(w.message).split(" is deprecated")[0] for w in caught) == sorted(f"sparsity.{k}" for k in old)
+    assert "use sparsity.calibrate.warmup" in " ".join(str(w.message) for w in caught)
+    assert options.calibrate == builtin.AdaptRelax.Options(
+        br_freq=1, da_iters=2, calibrate={"warmup": 6, "settle": 3, "width": 0.2, "min_width": 0.02}
+    ).calibrate
+    with pytest.warns(FutureWarning):
+        assert builtin.AdaptRelax.Options(band="fixed").calibrate is None
+
+    _attach_commands()  # the CLI: one warning line per key, then the run's own output
+    path = tiny_recipe()
+    table = '{use="adapt-relax", density_g=0.5, density_d=0.5, band="auto", band_warmup=1000}'
+    result = CliRunner().invoke(cli, ["validate", str(path), "--set", f"sparsity={table}"])
+    assert result.exit_code == 0, result.output
+    warned = [line for line in result.output.splitlines() if line.startswith("warning:")]
+    assert len(warned) == 2 and "sparsity.band_warmup is deprecated since evogan 0.3.0" in " ".join(warned)

@@ -26,7 +26,7 @@ from evogan.transport import envelope
 # ADAPT with short windows, so the discriminator's balance state (window, calibration, band) is filled
 ADAPT = (
     '{use="adapt-relax", density_g=0.5, density_d=0.5, br_freq=1, da_iters=2, d_interval=2, g_interval=2, '
-    'total_steps=16, band="auto", band_warmup=2, verify="both"}'
+    'total_steps=16, calibrate={warmup=2}, verify="both"}'
 )
 
 

@@ -404,7 +404,7 @@ CONTROLLERS = {
     "adapt-g-static": (f'{{use="adapt-relax", {DST}, {BR}, g_mask="static"}}', ("d", "br")),
     "adapt-auto-band": (
         '{use="adapt-relax", density_g=0.3, density_d=0.3, g_interval=3, total_steps=16, br_freq=1, '
-        'da_iters=2, d_interval=2, band="auto", band_warmup=4}',
+        'da_iters=2, d_interval=2, calibrate={warmup=4}}',
         ("g", "d", "br"),
     ),
 }

@@ -191,7 +191,7 @@ class MaskedController(SparsityController[StaticOptions]):
             flops.charge(
                 discriminator.sparse["ledger"], len(step.z) * (g_cost[0] + 2 * d_cost[0]), 0.0, key="br"
             )
-            settled = not isinstance(o, AdaptOptions) or state["clock"] > o.band_settle
+            settled = not isinstance(o, AdaptOptions) or o.calibrate is None or state["clock"] > o.calibrate.settle
             if self._calibrating(state) and settled and len(state["window"]) >= size:
                 state["calibration"].append(
                     balance.balance_ratio(state["window"], eps=o.br_eps, clip=o.br_clip)
@@ -199,10 +199,11 @@ class MaskedController(SparsityController[StaticOptions]):
         if not (self.adapt and isinstance(o, AdaptOptions)):
             return
         if self._calibrating(state):
-            if state["clock"] < o.band_warmup or not state["calibration"]:
+            assert o.calibrate is not None
+            if state["clock"] < o.calibrate.warmup or not state["calibration"]:
                 return  # warm-up (extended until one window has filled)
             state["band"] = list(
-                balance.calibrated_band(state["calibration"], o.band_width, o.band_min_width)
+                balance.calibrated_band(state["calibration"], o.calibrate.width, o.calibrate.min_width)
             )
             state["warmup_end"] = state["clock"]
         if (
@@ -214,7 +215,7 @@ class MaskedController(SparsityController[StaticOptions]):
 
     def _calibrating(self, state: dict[str, Any]) -> bool:
         o = self.opts
-        return isinstance(o, AdaptOptions) and self.adapt and o.band == "auto" and state.get("band") is None
+        return isinstance(o, AdaptOptions) and self.adapt and o.calibrate is not None and state.get("band") is None
 
     def after_discriminator_step(self, discriminator: Individual) -> None:
         ds = discriminator.sparse
@@ -259,7 +260,7 @@ class MaskedController(SparsityController[StaticOptions]):
         if state.get("window"):
             out["br"] = balance.balance_ratio(state["window"], eps=o.br_eps, clip=o.br_clip)
         if self.adapt and isinstance(o, AdaptOptions):
-            band = (o.br_lower, o.br_upper) if o.band == "fixed" else state.get("band")
+            band = (o.br_lower, o.br_upper) if o.calibrate is None else state.get("band")
             if band:
                 out["br_lower"], out["br_upper"] = float(band[0]), float(band[1])
             if o.verify != "off":
@@ -282,7 +283,7 @@ class MaskedController(SparsityController[StaticOptions]):
         br = balance.balance_ratio(state["window"], eps=o.br_eps, clip=o.br_clip)
         state["br"] = br
         state["decisions"] += 1
-        lower, upper = (o.br_lower, o.br_upper) if o.band == "fixed" else state["band"]
+        lower, upper = (o.br_lower, o.br_upper) if o.calibrate is None else state["band"]
         density = float(ds["density"])
         undo = self._verify_last_move(state, br, lower, upper)
         low, high = _density_bounds(o, state)

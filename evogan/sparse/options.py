@@ -4,11 +4,12 @@ to the one before. Read without torch (``evogan validate``); the work is in :mod
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
 from evogan.api import ComponentOptions
+from evogan.deprecated import warn
 from evogan.sparse.defaults import DEFAULT_CLIP, DEFAULT_EPS, DEFAULT_KEEP_DENSE
 
 
@@ -27,17 +28,14 @@ class StaticOptions(ComponentOptions):
     )
     init: Literal["fan_in", "unscaled"] = Field(
         "fan_in",
-        description="'fan_in': each unit's initial weights are rescaled to its active fan-in, so a masked "
-        "layer starts at its dense layer's activation scale (Evci et al. 2022). Without spectral norm on D "
-        "it is what keeps the MNIST MLP pair at 30 % density from collapsing; with it, it measured no "
-        "difference. 'unscaled': the dense initialisation, masked (the reference).",
+        description="'fan_in': each unit's initial weights rescaled to its active fan-in, so a masked layer "
+        "starts at its dense layer's scale (Evci et al. 2022); 'unscaled': the dense initialisation, masked.",
     )
     br_freq: int = Field(
         0,
         ge=0,
-        description="A balance-ratio sample falls due every this many G steps of the cell's generators (0 = "
-        "off); it is taken on the next G step that faces the cell's own discriminator (on a grid some face "
-        "neighbours' copies; due samples wait, at most a window's worth).",
+        description="A balance-ratio sample every this many G steps (0: off), taken on the next G step that "
+        "faces the cell's own discriminator.",
     )
     da_iters: int = Field(
         1000, gt=0, description="BR window in G steps; it holds da_iters // br_freq samples."
@@ -52,9 +50,8 @@ class StaticOptions(ComponentOptions):
         0.0,
         ge=0,
         lt=1,
-        description="Decay of the generator's sparse exponential moving average (SEMA; 0 = off). When on, "
-        "evaluation and sample pictures use the average; on a G mask change the average is multiplied by "
-        "the new mask first (pruned positions 0, grown ones start at 0). The paper: 0.999 over 100k steps.",
+        description="Decay of the generator's sparse moving average (SEMA; 0: off), which evaluation and "
+        "pictures then use; a G mask change masks the average too. The paper: 0.999.",
     )
 
     @model_validator(mode="after")
@@ -68,9 +65,8 @@ class DstOptions(StaticOptions):
     g_interval: int = Field(500, gt=0, description="Generator prune-and-grow every this many G steps.")
     grown_moments: Literal["layer", "zero"] = Field(
         "layer",
-        description="A regrown weight's Adam second moment: 'layer', the mean of its layer's active weights, "
-        "so its first steps are its neighbours' size; 'zero': zero, whence (bias correction being per "
-        "tensor) its first step is (1 - beta1) / sqrt(1 - beta2) learning rates, 16 at betas (0.5, 0.999).",
+        description="A regrown weight's Adam second moment: 'layer', its layer's mean over active weights (its "
+        "first steps are its neighbours' size); 'zero': zero (its first steps are up to 16x larger).",
     )
     drop_fraction: float = Field(
         0.5, gt=0, le=1, description="Fraction of active G weights replaced at step 0."
@@ -81,9 +77,8 @@ class DstOptions(StaticOptions):
     total_steps: int = Field(
         10_000,
         gt=0,
-        description="Horizon of the cosine drop-fraction schedule in the individual's own steps (the paper: "
-        "the whole run, 100k); set it to about generations x G steps per generation (batches / critic_steps). "
-        "Constant after it.",
+        description="Horizon of the cosine drop-fraction schedule in the individual's own steps, about "
+        "generations x G steps per generation (the paper: the whole run, 100k).",
     )
 
     @model_validator(mode="after")
@@ -93,12 +88,36 @@ class DstOptions(StaticOptions):
         return self
 
 
+class Calibration(ComponentOptions):
+    """The band calibrated on the pair being trained: D's density held at G's for ``warmup`` G steps,
+    then [c - h, c + h] around the median BR c of the windows after ``settle``, h = max(width x |c|,
+    min_width)."""
+
+    warmup: int = Field(2000, gt=0, description="Warm-up in G steps (at least da_iters, so a window fills).")
+    settle: int = Field(
+        0, ge=0, description="The warm-up's first G steps left out (BR's rise while the pair first learns)."
+    )
+    width: float = Field(0.1, gt=0, le=10, description="Half-width relative to the centre (the paper's band: 0.1).")
+    min_width: float = Field(0.01, ge=0, description="Smallest half-width in BR units (for a centre near 0).")
+
+    @model_validator(mode="after")
+    def _settle(self) -> Calibration:
+        if self.settle >= self.warmup:
+            raise ValueError(f"settle ({self.settle}) must be below warmup ({self.warmup})")
+        return self
+
+
+# 0.2's flat keys of the calibrated band -> their key in ``calibrate`` (band itself chose it)
+FLAT_BAND_KEYS = {"band": "", "band_warmup": "warmup", "band_settle": "settle", "band_width": "width",
+                  "band_min_width": "min_width"}  # fmt: skip
+
+
 class AdaptOptions(DstOptions):
     br_freq: int = Field(
         10,
         gt=0,
-        description="A balance-ratio sample falls due every this many G steps of the cell's generators; it "
-        "is taken on the next G step that faces the cell's own discriminator.",
+        description="A balance-ratio sample every this many G steps, taken on the next G step that faces the "
+        "cell's own discriminator.",
     )
     br_lower: float = Field(0.45, description="BR at or below this: D too strong, lower its density.")
     br_upper: float = Field(0.55, description="BR at or above this: D too weak, raise its density.")
@@ -114,72 +133,51 @@ class AdaptOptions(DstOptions):
     d_growth: Literal["gradient", "random"] = Field("gradient", description="How D grows new weights.")
     g_mask: Literal["dynamic", "static"] = Field(
         "dynamic",
-        description="'dynamic': G prune-and-grow (RigL) every g_interval steps, as the paper. 'static': G "
-        "keeps its initial mask and only D's density adapts (at short horizons G's DST costs more FID than "
-        "the D controller gains: benchmarks/RESULTS.md, 'Sparse training').",
+        description="'dynamic': G prune-and-grow (RigL) every g_interval steps, as the paper; 'static': G keeps "
+        "its initial mask and only D's density adapts.",
     )
-    band: Literal["fixed", "auto"] = Field(
-        "fixed",
-        description="'fixed': keep BR inside [br_lower, br_upper] (the paper's band, tuned on SNGAN hinge "
-        "logits). 'auto': calibrate the band on this network pair: for the first band_warmup G steps D's "
-        "density stays at density_g (= density_d, static balance) and every full window's BR after "
-        "band_settle steps is recorded; "
-        "then the band is [c - h, c + h] with c their median and h = max(band_width x |c|, "
-        "band_min_width), and decisions start (the first on the first d_interval multiple after the "
-        "warm-up).",
-    )
-    band_warmup: int = Field(
-        2000,
-        gt=0,
-        description="band = 'auto': warm-up length in G steps of the balance clock (at least da_iters, so "
-        "one window fills).",
-    )
-    band_settle: int = Field(
-        0,
-        ge=0,
-        description="band = 'auto': the first this many G steps of the warm-up are not used for the "
-        "calibration (BR rises from near 0 while the pair first learns; a band centred on that transient "
-        "only ever grows D). Must be below band_warmup.",
-    )
-    band_width: float = Field(
-        0.1,
-        gt=0,
-        le=10,
-        description="band = 'auto': half-width relative to the centre (0.1: the paper's [0.45, 0.55] is 0.5 +/- 10 %).",
-    )
-    band_min_width: float = Field(
-        0.01, ge=0, description="band = 'auto': smallest half-width in BR units (for a centre near 0)."
+    calibrate: Calibration | None = Field(
+        None,
+        description="A table: calibrate the band on the pair being trained instead of [br_lower, br_upper] "
+        "(absent: the paper's fixed band).",
     )
     verify: Literal["off", "shrink", "both"] = Field(
         "off",
-        description="Check each density move at the next decision: lowering D's density should raise BR "
-        "(G closes more of the gap), raising it should lower BR. 'shrink': a lowering after which the "
-        "window's BR rose by less than the band's half-width (window noise) is undone, and the density "
-        "before it becomes D's floor for the rest of the run (BR's level drifts with training on some pairs, "
-        "and a band then starves D; a move that does not act on BR only costs quality). 'both': likewise a "
-        "raising after which BR fell by less than the half-width is undone and sets a ceiling. 'off': the "
-        "paper's rule. Exact when da_iters <= d_interval (the window after a move holds no sample from "
-        "before it).",
+        description="Check each density move at the next decision and undo one that did not move BR by the "
+        "band's half-width: 'shrink' checks lowerings (the undone density becomes D's floor), 'both' also "
+        "raisings (a ceiling); 'off': the paper's rule.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flat_band_keys(cls, data: Any) -> Any:
+        """0.2's flat keys (``band = "auto"``, ``band_warmup``...) become the ``calibrate`` table, with a warning."""
+        if not isinstance(data, dict) or not FLAT_BAND_KEYS & data.keys():
+            return data
+        data = dict(data)
+        old = {key: data.pop(key) for key in FLAT_BAND_KEYS if key in data}
+        for key in sorted(old):
+            warn(f"sparsity.{key}")
+        if old.get("band", "fixed") == "auto" and "calibrate" not in data:
+            data["calibrate"] = {new: old[key] for key, new in FLAT_BAND_KEYS.items() if key in old and new}
+        elif old.get("band") not in (None, "fixed", "auto"):
+            data["calibrate"] = old["band"]  # validation names the bad value
+        return data
 
     @model_validator(mode="after")
     def _band(self) -> AdaptOptions:
         if self.br_lower >= self.br_upper:
             raise ValueError(f"br_lower ({self.br_lower}) must be below br_upper ({self.br_upper})")
-        if self.band == "auto":
+        if self.calibrate is not None:
             if self.density_d != self.density_g:
                 raise ValueError(
-                    f'band = "auto" calibrates at d_D = d_G: density_d ({self.density_d}) must equal '
+                    f"calibrate measures at d_D = d_G: density_d ({self.density_d}) must equal "
                     f"density_g ({self.density_g})"
                 )
-            if self.band_warmup < self.da_iters:
+            if self.calibrate.warmup < self.da_iters:
                 raise ValueError(
-                    f"band_warmup ({self.band_warmup}) must be at least da_iters ({self.da_iters}), so a "
-                    "window fills during the warm-up"
-                )
-            if self.band_settle >= self.band_warmup:
-                raise ValueError(
-                    f"band_settle ({self.band_settle}) must be below band_warmup ({self.band_warmup})"
+                    f"calibrate.warmup ({self.calibrate.warmup}) must be at least da_iters ({self.da_iters}), "
+                    "so a window fills during the warm-up"
                 )
         if not self.density_min <= self.density_d <= self.density_max:
             raise ValueError(
@@ -208,4 +206,4 @@ class AdaptStrictOptions(AdaptOptions):
     )
 
 
-__all__ = ["AdaptOptions", "AdaptStrictOptions", "DstOptions", "StaticOptions"]
+__all__ = ["AdaptOptions", "AdaptStrictOptions", "Calibration", "DstOptions", "StaticOptions"]
