@@ -1,19 +1,10 @@
 """The contracts between the engine and its plugins.
 
-Every extension point is a *component kind*. A component is a class with a ``name``, an ``Options`` model
-(a :class:`ComponentOptions`; unknown keys are errors) and the methods of its kind below. Components are
-generic over their options, so ``self.options`` has the component's own type::
-
-    class Tournament(Selection["Tournament.Options"]):
-        class Options(ComponentOptions):
-            size: int = Field(2, ge=1)
- Plugins hand component classes to the
-engine through the registration hooks in :mod:`evogan.hookspecs`; recipes pick them by name
-(``use = "<name>"``). The engine only ever talks to these base classes.
-
-What a kind must implement is marked ``abc.abstractmethod``: a class that leaves one out is refused when
-registered, naming the methods. The other methods have working defaults. Optional capabilities are
-base classes of their own (:class:`ConnectableTransport`), tested with ``issubclass``, never ``hasattr``.
+Every extension point is a *component kind*: a class with a ``name``, an ``Options`` model (a
+:class:`ComponentOptions`; unknown keys are errors) and its kind's methods, generic over its options so that
+``self.options`` has its own type (``class Tournament(Selection["Tournament.Options"])``). Plugins register components
+through :mod:`evogan.hookspecs` and recipes pick them by name. Abstract methods are checked at registration;
+optional capabilities are base classes of their own (:class:`ConnectableTransport`), tested with ``issubclass``.
 """
 
 from __future__ import annotations
@@ -288,14 +279,12 @@ class ProblemContext:
 
 class StackedTraining(abc.ABC):
     """A problem's training steps for many individuals at once: the cells of one process trained as one
-    batched computation (:mod:`evogan.engine.vectorized`). Made per generation by
-    :meth:`Problem.stacked_training`; it holds the stacked weights and optimizer state until :meth:`close`
-    writes them back into the individuals. Each individual ``i`` of a step is trained exactly as the
-    problem's own ``generator_step``/``discriminator_step`` would train it, with its own learning rate
-    (``hyper["lr"]``) and noise drawn from ``generators[i]`` in order; results agree within float tolerance.
-    Made with ``hooks`` (a sparsity controller's hooks run on each individual after every step), it must
-    also keep each individual's parameters, their ``.grad`` of its latest step, optimizer moments and
-    buffers as views of the stack while it is open, so that in-place changes to them act on the stack.
+    batched computation (:mod:`evogan.engine.vectorized`). Made per generation by :meth:`Problem.stacked_training`,
+    it holds the stacked weights and optimizer state until :meth:`close` writes them back. Row ``i`` trains as the
+    problem's own ``generator_step``/``discriminator_step`` would, with its own ``hyper["lr"]`` and noise from
+    ``generators[i]`` in order, within float tolerance. Made with ``hooks``, it must keep each individual's
+    parameters, their latest ``.grad``, moments and buffers as views of the stack while open, so that a sparsity
+    controller's in-place changes act on the stack.
     """
 
     @abc.abstractmethod
@@ -353,16 +342,13 @@ class Sampler:
 class Variation:
     """One cell's variation phase of one generation: whom the problem varies, from whom, with what.
 
-    :param members: per role, the individuals to vary in place (offspring when selection is on, else the
-        cell's own population).
-    :param pool: per role, the cell's neighbourhood (its own and the neighbours' copies): mates, never
-        changed.
+    :param members: per role, the individuals to vary in place (offspring under selection, else the population).
+    :param pool: per role, the cell's neighbourhood (its own and the neighbours' copies): mates, never changed.
     :param opponents: per role, whom its members may face (a pairing draws from these).
-    :param incumbents: per role, the cell's own population when ``members`` are offspring of it
-        (selection on); empty when they are that population.
+    :param incumbents: per role, the cell's own population when ``members`` are its offspring, else empty.
     :param rnd: the cell's random streams for this generation; draw every random number from them.
-    :param exchange_every: batches between the exchanges inside a generation (``exchange.every_batches``;
-        0: none). A problem that honours them yields at each step :meth:`exchange_due` names.
+    :param exchange_every: batches between exchanges inside a generation (``exchange.every_batches``; 0: none);
+        a problem that honours them yields at each step :meth:`exchange_due` names.
     :param seconds: the time the phase took, set by whoever ran it (a share, when cells vary together).
     """
 

@@ -1,15 +1,9 @@
 """DEAP's crossover and mutation operators by name, for problems whose individuals are genomes.
 
-A problem's options name an operator of ``deap.tools`` and give its keyword arguments beside it::
-
-    [problem.host.mutation]
-    operator = "mutUniformInt"
-    probability = 1.0      # chance that an individual is mutated at all
-    indpb = 0.02           # every other key is an argument of the operator
-
-``low`` and ``up`` (the range of a gene) are supplied by the problem (:class:`GenomeVariation`). DEAP
-draws from the global :mod:`random` module: :func:`seeded` seeds it from the cell's stream for one call
-and puts the global state back afterwards (the DEAP selection bridge does the same).
+A problem's options name an operator of ``deap.tools`` and give its keyword arguments beside it (``operator =
+"mutUniformInt"``, ``probability = 1.0``, ``indpb = 0.02``); the problem supplies ``low`` and ``up``
+(:class:`GenomeVariation`). DEAP draws from the global :mod:`random` module, so :func:`seeded` seeds it from the
+cell's stream for one call and puts its state back afterwards.
 """
 
 from __future__ import annotations

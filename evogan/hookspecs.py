@@ -1,33 +1,10 @@
 """Every extension point of evogan, as pluggy hook specifications (project name ``evogan``).
 
-Lifecycle of a run, and where each hook fires::
-
-    make_plugin_manager ─ built-ins + entry points "evogan" ─► evogan_register_* (once per manager)
-    evogan run RECIPE ─► evogan_run_start
-                          └─ per generation, per cell: train ─► evogan_exchange ─► evogan_generation_end
-                                                          └─ every k generations: evogan_checkpoint
-                     ─► evogan_run_end
-
-Hooks are always called with keyword arguments; an implementation may accept any subset of a spec's
-arguments, so specs only ever grow at the end. Registration hooks receive a ``register`` callable; call it
-with a component class (see :mod:`evogan.api`). A name registered twice is an error naming both plugins.
-
-Each lifecycle event fires once, whatever the number of worker processes or machines:
-
-- per run (``evogan_run_start``, ``evogan_run_end``): in the process that drives the run, with the whole
-  run's payload. That is the only process of a single-process run, and worker rank 0 of a launched run
-  (``evogan run --workers N``, ``--nnodes``, or ``torchrun ... -m evogan.worker``);
-- per cell (``evogan_exchange``, ``evogan_generation_end``, ``evogan_checkpoint``): in the process that
-  runs the cell.
-
-Workers load the built-ins, the entry-point plugins and ``EVOGAN_PLUGINS`` themselves. A plugin object
-that lives only in the process that called ``evogan run`` (the CLI's terminal reporter, ``extra=``
-objects) cannot run there: that process fires ``evogan_run_start``, ``evogan_generation_end`` (read back
-from ``metrics.jsonl``, with the same record) and ``evogan_run_end`` (with ``summary.json``) for those
-plugins alone, so each plugin still sees each event once.
-
-There is one registration hook per component kind, made below from :data:`evogan.api.KINDS` (each base
-class names its hook); docs/reference.md lists them.
+Hooks are called with keyword arguments and an implementation may accept any subset, so specs only grow at the end.
+Registration hooks, one per component kind (:data:`evogan.api.KINDS`), receive a ``register`` callable that takes a
+component class; a name registered twice is an error naming both plugins. Each lifecycle event fires once however
+many processes run: per-run hooks in the process that drives the run (worker rank 0), per-cell hooks in the process
+that runs the cell, and the launching process fires them for plugin objects that live only there (``extra=``).
 """
 
 from __future__ import annotations
@@ -93,8 +70,7 @@ def evogan_exchange(
     :param run: the run.
     :param cell: the receiving cell.
     :param generation: the generation about to be trained.
-    :param received: neighbour cell -> envelope header of the message used (``generation`` in it tells
-        how stale it was).
+    :param received: neighbour cell -> envelope header of the message used (its ``generation`` tells how stale).
 
     Called in: the process that runs the cell, once per cell per generation.
     """
@@ -107,9 +83,8 @@ def evogan_generation_end(run: RunInfo, cell: int, generation: int, record: Mapp
     :param run: the run.
     :param cell: the cell.
     :param generation: the generation just finished (1-based).
-    :param record: the metrics record (fitness, learning rates, mixture, timings, ...). The
-        generation's sample picture, when ``run.samples_every`` asks for one, is already written
-        (``run.run_dir.picture_path(f"gen-{generation:04d}", cell)``).
+    :param record: the metrics record (fitness, learning rates, mixture, timings, ...); the generation's picture, if
+        any, is already written (``run.run_dir.picture_path(f"gen-{generation:04d}", cell)``).
 
     Called in: the process that runs the cell, once per cell per generation.
     """
@@ -128,8 +103,7 @@ def evogan_run_end(run: RunInfo, summary: Mapping[str, Any], interrupted: bool) 
     """The run ended; ``summary`` is what ``summary.json`` holds.
 
     :param run: the run.
-    :param summary: final metrics of every cell of the run and the best mixture ensemble (``{}`` when
-        the launching process reports workers that failed before writing one).
+    :param summary: every cell's final metrics and the best mixture (``{}`` when workers failed before writing one).
     :param interrupted: True when the run stopped early (Ctrl-C) after writing checkpoints.
 
     Called in: the process that drives the run (worker rank 0 of a launched run), once per run.

@@ -1,21 +1,10 @@
 """Modules imported on first use, so that commands that never train stay fast.
 
-``evogan --help``, ``validate``, ``plugins`` and ``components`` import every plugin module to learn the
-components' names and options; importing torch alone takes about a second. A plugin module whose
-functions use torch (and that defines no ``nn.Module`` subclass at module level) writes::
-
-    from typing import TYPE_CHECKING
-
-    from evogan.lazy import lazy
-
-    if TYPE_CHECKING:  # type checkers see the real modules
-        import torch
-    else:
-        torch = lazy("torch", globals())
-
-The first attribute read imports the module and puts it in the caller's globals in place of the
-stand-in, so later reads cost what a plain global costs. Anything evaluated when the module is imported
-(a base class, a default value, a decorator) still imports the real module then.
+``evogan --help``, ``validate``, ``plugins`` and ``components`` import every plugin module, and importing torch
+would dominate their time (benchmarks/RESULTS.md, 'Issue 12: fast commands'). A plugin module that uses torch only
+inside functions writes ``torch = lazy("torch", globals())`` (with ``import torch`` under ``TYPE_CHECKING``); the
+first attribute read puts the real module in the caller's globals. Anything evaluated at import time (a base class,
+a default value, a decorator) still imports the real module then.
 """
 
 from __future__ import annotations

@@ -88,14 +88,12 @@ def make_plugin_manager(
 ) -> PluginManager:
     """A fresh manager: hookspecs, blocked names, the built-ins, entry points of group ``evogan``, then the
     modules named in ``EVOGAN_PLUGINS`` (loaded even when autoload is off, as pytest's ``PYTEST_PLUGINS``).
-
-    An entry-point plugin that fails to import or register is left out and recorded
-    (:attr:`PluginManager.failures`); a module named in ``EVOGAN_PLUGINS`` that fails is an error.
+    A failing entry-point plugin is left out and recorded (:attr:`PluginManager.failures`); a failing
+    ``EVOGAN_PLUGINS`` module is an error.
 
     :param autoload: load entry-point plugins; default: unless ``EVOGAN_DISABLE_PLUGIN_AUTOLOAD`` is set.
     :param blocked: plugin names never to load (added to ``EVOGAN_BLOCK_PLUGINS``).
-    :param extra: plugin objects to register after the built-ins (the CLI's reporter); then those
-        :func:`registered` holds.
+    :param extra: plugin objects to register after the built-ins (the CLI's reporter), before :func:`registered`'s.
     """
     pm = PluginManager()
     pm.add_hookspecs(hookspecs)

@@ -462,11 +462,10 @@ def transport_choice(recipe: Recipe, registries: Registries, *, processes: int) 
     """The transport a run of ``processes`` processes uses, with ``[exchange.options]`` validated against
     its ``Options``: every runtime asks here, once.
 
-    Several processes need a :class:`~evogan.api.ConnectableTransport`, one process a transport that is
-    not (nothing would connect it). ``exchange.transport`` names it; else the kind's default when it fits;
-    else the only registered transport that fits. ``[exchange.options]`` apply to a named transport and to
-    the one several processes pick, not to a single process's default. Problems are one-line
-    ``RecipeError``s.
+    Several processes need a :class:`~evogan.api.ConnectableTransport`, one process one that is not (nothing
+    would connect it): ``exchange.transport``, else the kind's default if it fits, else the only one that fits.
+    ``[exchange.options]`` apply to a named transport and to the one several processes pick, not to a single
+    process's default. Problems are one-line ``RecipeError``s.
     """
     connectable = processes > 1
     registry, source = registries["transport"], str(recipe.path)

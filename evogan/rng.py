@@ -1,15 +1,10 @@
 """One seed for the whole run, split per cell and per generation. No global generator is ever seeded.
 
-``SeedSequence(seed, spawn_key=(cell, generation, stream))`` gives every (cell, generation) its own
-independent streams, so a cell's numbers do not depend on how cells are spread over processes, and a
-resumed run draws exactly what an uninterrupted one would.
-
-Scores have streams of their own (``validation`` and ``test``): run-wide, the same for every cell, so cells
-are compared on common noise; their spawn keys share no stream index with training, fitness, pictures or
-the per-generation mixture ES, so their noise never coincides with any of those. Every score that chooses
-(the best cell, the ensemble, optimised weights) is taken on the validation stream; what is reported is
-re-scored on the test stream. The per-generation mixture ES scores on validation noise of its own, drawn
-from that generation's evolution stream (where it has always been drawn: records stay as they were).
+``SeedSequence(seed, spawn_key=(cell, generation, stream))`` makes a cell's numbers independent of how cells are
+spread over processes, and a resumed run draws what an uninterrupted one would. Scores have run-wide streams of
+their own, the same for every cell so cells compare on common noise, and disjoint from all others: ``validation``
+chooses, ``test`` reports. The per-generation mixture ES draws its validation noise from that generation's
+evolution stream, where it always has, so records stay as they were.
 """
 
 from __future__ import annotations

@@ -1,18 +1,8 @@
-"""What a run trained, from Python: ``evogan.load(run_dir)``.
+"""What a run trained, from Python: ``run = evogan.load(run_dir)``, then ``run.sample(1000)`` (the best mixture
+ensemble), ``run.generator(cell=3)`` (a torch module), ``run.metrics(cell=3)`` or ``run.summary``.
 
-::
-
-    import evogan
-
-    run = evogan.load("runs/toy-ring-20260101-120000")
-    points = run.sample(1000)                  # the best mixture ensemble, noise seed 0
-    images = run.sample(64, cell=3, seed=7, device="cuda")
-    g = run.generator(cell=3)                  # that cell's best generator (a torch module)
-    run.summary["best_mixture"], run.metrics(cell=3)[-1]
-
-``evogan evaluate``, ``evogan sample`` and ``evogan export`` load runs through :func:`load` too: every cell
-from its newest valid checkpoint (the newest generation all cells share), each holding its neighbours'
-best generators, as the run's final scoring saw them.
+``evogan evaluate``, ``sample`` and ``export`` load runs here too: every cell from its newest valid checkpoint (the
+newest generation all cells share), holding its neighbours' best generators, as the run's final scoring saw them.
 """
 
 from __future__ import annotations
@@ -184,18 +174,10 @@ class TrainedRun:
 
     def export(self, path: Path | str, cell: int | None = None) -> Path:
         """Write ``cell``'s mixture (default: the best) as a file that samples it with torch alone
-        (``evogan export``); returns its path. The problem supplies the module
-        (:meth:`evogan.api.Problem.sampler`: generators and weights baked in, batch-first inputs); it is
-        exported with the batch size left free and written atomically, with what the inputs are in the
-        archive's ``evogan.json``::
-
-            extra = {"evogan.json": ""}
-            sampler = torch.export.load("mixture.pt2", extra_files=extra).module()
-            info = json.loads(extra["evogan.json"])     # inputs: name, per-sample shape, how to draw
-            x = sampler(torch.randn(64, *info["inputs"][0]["shape"]), torch.rand(64))
-
-        TorchScript would carry a sampling method, but torch deprecates it (every ``torch.jit`` call
-        warns). ``UserError`` when ``path`` cannot be written.
+        (``evogan export``); returns its path. The module is :meth:`evogan.api.Problem.sampler`'s, exported
+        for any batch size and written atomically; ``torch.export.load(path, extra_files=extra)`` fills
+        ``extra["evogan.json"]`` with its inputs (name, per-sample shape, how to draw). Not TorchScript: torch
+        deprecates it. ``UserError`` when ``path`` cannot be written.
         """
         import torch
 
@@ -241,15 +223,11 @@ class TrainedRun:
 def load(path: Path | str, *, device: str | None = None, disable: tuple[str, ...] = ()) -> TrainedRun:
     """Load a run directory's cells from their checkpoints.
 
-    :param device: ``cpu``, ``cuda`` or ``auto``: where the networks run (default: the recipe's
-        ``run.device``).
+    :param device: ``cpu``, ``cuda`` or ``auto``: where the networks run (default: the recipe's ``run.device``).
     :param disable: plugins not to load (names as for ``--disable-plugin``).
 
-    The recipe's problem is set up as for training (its data is loaded: networks are sized by it), but
-    its metric is prepared only when scores are asked for (:meth:`TrainedRun.scores`, or
-    :attr:`TrainedRun.best_cell` of a run without a summary of these checkpoints).
-    Errors (no such directory, not a run directory, no checkpoints, a bad ``device``) are ``UserError``
-    with one line.
+    The problem is set up as for training (its data sizes the networks); its metric only when scores are asked for.
+    Errors (no such directory, not a run directory, no checkpoints, a bad ``device``) are one-line ``UserError``s.
     """
     from evogan import recipe as recipes
     from evogan.engine.run import build_settings, build_topology, load_cells, pick_device

@@ -1,19 +1,10 @@
 """Mixture optimisation after training: a (1+1)-ES on the weights of a finished run's ensembles.
 
-Lipizzaner's ``optimize_mixture`` runs, after the last iteration, a (1+1)-ES on each cell's mixture
-weights for ``es_generations`` with fixed noise, optionally from random normalised weights; its follow-up
-(Toutouh et al., GECCO 2020, "Re-purposing heterogeneous generative ensembles with evolutionary
-computation") chooses the ensemble among the generators of the whole grid. Here ``pool = "neighbourhood"``
-optimises every cell's mixture over its neighbourhood and ``pool = "all"`` one ensemble over every cell's
-best individual of the scored role, a GAN's generator (a weight may fall to zero: it leaves the ensemble).
-
-Candidates are scored on the validation stream, on common random numbers
-(:meth:`evogan.api.Problem.ensemble_scorer`): each generator's samples come from a seed of its own cell
-(:func:`evogan.rng.score_seed`), so the same generator gives the same samples in every candidate and every
-ensemble, and scores compare across ensembles and pools. The weights before and after are then re-scored
-on the test stream (the run's, whatever seed the ES used), which reports and never chooses. The result goes
-to ``optimized-mixture.json`` in the run directory (one entry per pool, written atomically); checkpoints
-are only read.
+As Lipizzaner's ``optimize_mixture`` and its follow-up (Toutouh et al., GECCO 2020): ``pool = "neighbourhood"``
+optimises each cell's mixture over its neighbourhood, ``pool = "all"`` one ensemble over every cell's best generator
+(a weight at zero leaves the ensemble). Candidates are scored on the validation stream with common random numbers
+(each generator's samples come from its own cell's seed), so scores compare across ensembles and pools; the test
+stream only reports. The result goes to ``optimized-mixture.json``, written atomically; checkpoints are only read.
 """
 
 from __future__ import annotations

@@ -100,8 +100,7 @@ def checked_state(
     optimizer could not load or step on raises :class:`MessageRejected`.
 
     :param expected: the local model's ``role/name -> (dtype, shape)``, as the weights are checked.
-    :param weight_masks: the masks that came with the weights (``role/name``); a masked parameter's
-        per-element state must come with the same mask.
+    :param weight_masks: the masks that came with the weights (``role/name``); per-element state must share them.
     :param layouts: role -> this cell's own :func:`state_layout`, where known: a neighbour's state must
         have exactly its keys, each per element or scalar alike (else the first step would fail).
     """

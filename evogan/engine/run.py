@@ -545,7 +545,8 @@ def set_threads(threads: int) -> None:
 
 def default_threads(processes_here: int) -> int:
     """This machine's usable cores divided by the worker processes on it (as torchrun does), at least 1:
-    torch's own default gives every process all cores, and two processes on two cores then run ~50x slower."""
+    torch's own default gives every process all cores, and they then slow each other down badly
+    (benchmarks/RESULTS.md, 'Scaling (issue 4)')."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return max(1, cores // max(1, processes_here))
 

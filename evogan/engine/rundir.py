@@ -1,21 +1,10 @@
 """The run directory: recipe as run, metrics, timings, logs, checkpoints, pictures and the summary.
 
-    runs/<name>-<timestamp>/
-        recipe.toml          the recipe after command-line overrides
-        metrics.jsonl        one record per cell per generation (deterministic for a seed)
-        timings.jsonl        seconds per phase per cell per generation (not deterministic)
-        logs/cell-0003.log   one human-readable line per generation
-        checkpoints/cell-0003-g000010.pt   the newest ``run.keep_checkpoints`` per cell, each with the
-        checkpoints/cell-0003-g000010.sha256   digest recorded after it was written and read back
-                             (runs before commit 688e58d kept one checkpoints/cell-0003.pt per cell, no
-                             digest: opening such a run renames them into this layout, see
-                             :meth:`RunDirectory.migrate_legacy_checkpoints`)
-        samples/gen-0010-cell-0003.png   a cell's mixture every ``run.samples_every`` generations;
-        samples/final-best-cell-0003.png the best mixture at the end
-        plots/               curves and the grid heatmap; summary.json at the end
+    runs/<name>-<timestamp>/  recipe.toml, metrics.jsonl (deterministic for a seed), timings.jsonl (not), logs/,
+        checkpoints/cell-0003-g000010.pt and .sha256 (the newest ``run.keep_checkpoints``), samples/, plots/
 
-Every file that must never be seen half-written (checkpoints, summary) is written to a temporary file,
-fsynced and renamed over the old one.
+Files that must never be seen half-written (checkpoints, summary.json) are written to a temporary file, fsynced and
+renamed over the old one. Older runs' single checkpoint per cell is renamed into this layout when opened.
 """
 
 from __future__ import annotations

@@ -1,20 +1,10 @@
-"""Node liveness for several machines: a node unheard for ``--node-timeout`` seconds ends the run, in
-one line, on every node that notices.
+"""Node liveness across machines: a node unheard for ``--node-timeout`` seconds ends the run on every node.
 
-torch's elastic agent notices a lost node only when a worker fails, and evogan's workers do not fail
-when a neighbour goes quiet (they wait ``exchange.timeout``, then train on the newest model they hold).
-Without a watch, the nodes left would crawl on at one time-out per generation and then hang in the final
-gather, and a node cut off from the head would end only when a store operation gave up (TCPStore client
-calls ignore their time-out on a dead connection: they last until TCP's retransmission reaches a restored
-link, which can be minutes).
-
-So the agents beat over UDP on the rendezvous port number: every second each node sends
-``evogan-beat <rdzv-id> <node>`` to the head, which answers ``evogan-ack <rdzv-id> <nodes heard>``.
-Datagrams carry no state worth trusting (a lost one is only a missed beat; nothing is unpickled) and no
-TCP back-off delays the first beat after a link comes back. Once every node has been heard, the watch is
-armed until the run's summary exists: the head loses a node it has not heard for the limit, a node loses
-the head when no answer came for the limit. A shorter outage (a cut link, an agent killed and started
-again) passes: the workers waited in their exchange and carry on.
+Workers do not fail when a neighbour goes quiet (they train on the newest model they hold), so torch's elastic agent
+would never notice a lost node, and TCPStore calls can block for minutes on a dead link. So agents beat over UDP on
+the rendezvous port: a datagram carries nothing worth trusting (nothing is unpickled) and no TCP back-off delays
+the first beat after a link returns. The watch is armed from the first beat of every node until the summary exists;
+an outage shorter than the limit passes (the workers wait in their exchange).
 """
 
 from __future__ import annotations

@@ -1,23 +1,10 @@
 """A worker process: its block of the grid's cells, one torch elastic round at a time.
 
-Started by ``evogan run --workers N`` (through :mod:`evogan.runtime.launcher`) or by ``torchrun ... -m
-evogan.worker RECIPE --run-dir DIR`` on each node; both run :func:`run_worker`. One round:
-
-1. build a fresh plugin manager and validate the recipe (nothing arrives pickled from the launcher);
-2. bind one publisher per local cell; ``init_process_group("gloo")``; all-gather fixed-size byte rows
-   holding every cell's endpoint plus each rank's run id and recipe hash (no pickle); connect to the
-   distinct neighbours and pass the transport's subscription barrier;
-3. resume every local cell from its checkpoint when all have one (a restart), else start fresh;
-4. run the shared :class:`~evogan.engine.run.Driver` loop; at the end gather each rank's scores as JSON
-   bytes, rank 0 writes summary.json and the plots, the owner of the best cell draws it. Rank 0 drives
-   the run: it alone fires ``evogan_run_start`` and ``evogan_run_end`` (with the whole summary); each
-   cell's hooks fire in the worker that runs it.
-
-The pieces live beside it: :mod:`~evogan.runtime.placement`, :mod:`~evogan.runtime.environment`,
-:mod:`~evogan.runtime.control` (gloo), :mod:`~evogan.runtime.process`, :mod:`~evogan.runtime.faults`.
-
-The gloo group stays open for that final exchange: a worker that closed its transport early would drop
-messages its neighbours still wait for.
+Started by ``evogan run --workers N`` (:mod:`evogan.runtime.launcher`) or ``torchrun ... -m evogan.worker``; both run
+:func:`run_worker`. Each round builds its own plugin manager and validates the recipe (nothing arrives pickled),
+shares endpoints over gloo as fixed-size byte rows (no pickle), resumes its cells when all have a checkpoint, then
+runs the shared :class:`~evogan.engine.run.Driver`. Rank 0 fires the per-run hooks and writes summary.json. The
+gloo group stays open for the final gather: a worker that closed early would drop messages neighbours still wait for.
 """
 
 from __future__ import annotations

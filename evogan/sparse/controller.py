@@ -1,26 +1,10 @@
 """One masked sparsity controller; Static, SET, RigL and ADAPT relax/strict are configurations of it.
 
-Lifecycle (the engine calls these on the hot path, per cell):
-
-- ``prepare``: ERK/uniform masks at ``density_g``/``density_d`` drawn from the engine's generator;
-- ``begin_generation``: learn which discriminators this cell trains (its own, or its offspring) and link
-  each offspring to the local lineage's balance state (see below);
-- ``after_generator_step``: enforce G's mask; account FLOPs; every ``g_interval`` G steps one G
-  prune-and-grow (its gradient is still there), then the SEMA update; advance the balance clock of each of
-  the cell's own discriminators; a BR sample falls due every ``br_freq`` clock ticks and is taken on the
-  next G step that faces that discriminator; every ``d_interval`` ticks (window full, warm-up over) flag it
-  for a density decision;
-- ``after_discriminator_step``: enforce D's mask; account FLOPs; run a flagged decision now, while D's own
-  gradient of this step is present (growth by gradient must not rank on the G loss's gradient).
-
-Grid bookkeeping. A G step against a neighbour's frozen copy credits nothing to that copy (it is replaced
-by the next message): the clock of the cell's own discriminator still ticks, and the sample that falls due
-is taken on the next G step against it, so its window fills at one sample per ``br_freq`` G steps of the
-cell whatever the pairing (as long as its own D is faced at least that often). The balance state (clock,
-due samples, window, pending decision, calibration) is the local lineage's: under selection every
-offspring shares its incumbent's, so the state survives whether the offspring replaces it or not, and it
-travels with the individual that replaces. Masks, densities, step counts and ledgers stay per individual.
-See :mod:`evogan.sparse.state` for the state layout.
+The engine calls ``prepare`` (initial masks), ``begin_generation`` (which discriminators this cell trains),
+``after_generator_step`` (G's mask and prune-and-grow, SEMA, the balance clock, BR samples) and
+``after_discriminator_step`` (D's mask, a flagged density decision), all counting FLOPs. Decisions wait for a D
+step so that growth ranks on D's own gradient, not the G loss's. The clock of the cell's own D ticks on every G step
+of the cell, even against a neighbour's frozen copy, so its window fills at one sample per ``br_freq`` G steps.
 """
 
 from __future__ import annotations

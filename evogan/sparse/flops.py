@@ -1,20 +1,10 @@
 """Theoretical training FLOPs of masked networks (adapt.md section 5), counted as the reference does.
 
-Per-sample forward cost, measured once with forward hooks on a probe batch:
-
-- Linear: ``weight.numel()`` per input position, plus ``out_features`` for the bias;
-- Conv: ``weight.numel() * prod(output spatial)``; ConvTranspose (not counted by the reference):
-  ``weight.numel() * prod(input spatial)`` (every input pixel scatters a full kernel); bias per output
-  position;
-- affine norm layers: 2 per output element (scale and shift).
-
-A masked layer's weight term is multiplied by its current density; biases and norms stay dense. Training
-cost follows RigL/ADAPT: backward = 2 x forward (1 x for input gradients, 1 x for weight gradients), so a
-network trained on a batch costs 3 x forward, one only evaluated 1 x, and one that only passes gradients
-through (D in a G step) 2 x. A D step trains on the real batch and as many fakes: 2 x 3 x. (The reference
-charges D 1 x in a G step and one batch per D step, under-weighting D; see the step-cost functions.)
-Mask-update sorts, EMA and evaluation are not counted; balance-ratio forwards are counted, but in their
-own total.
+Per-sample forward cost comes once from forward hooks on a probe batch: each layer's weight term (times its density
+when masked; a ConvTranspose, which the reference skips, scatters a kernel per input pixel) plus dense biases and
+affine norms. Training follows RigL/ADAPT: backward = 2 x forward, so a trained network costs 3 x, one that only
+passes gradients 2 x; a D step trains on the real batch and as many fakes (the reference under-weights D). Mask
+updates, EMA and evaluation are not counted; balance-ratio forwards have a total of their own.
 """
 
 from __future__ import annotations

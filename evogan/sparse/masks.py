@@ -1,16 +1,10 @@
 """Masks: which weights can be sparse, how dense each layer starts, and keeping pruned weights at zero.
 
-Masks are boolean tensors keyed by parameter name (``dict(network.named_parameters())`` names), the same
-names the state dict uses, so they travel with checkpoints, selection copies and the wire envelope.
-
-Sparsity is simulated, as in the reference and in RigL: weights stay dense tensors and are zeroed after
-every optimizer step. Savings are FLOPs on paper; wall-clock time and memory stay dense.
-
-Optimizer-state policy: after every optimizer step, and at every mask change, every per-element optimizer
-state tensor of a masked parameter (Adam's ``exp_avg``/``exp_avg_sq``/``max_exp_avg_sq``, SGD's momentum)
-is zeroed wherever the mask is off. Pruned positions therefore keep no stale moments, and a regrown
-weight starts at 0 with zero moments (the reference keeps stale Adam moments, section 7 of adapt.md).
-Adam's step count is per tensor, so a regrown position gets the tensor's bias correction, not a fresh one.
+Masks are boolean tensors keyed by parameter name, as the state dict is, so they travel with checkpoints, selection
+copies and the wire. Sparsity is simulated, as in the reference and RigL: weights stay dense and are zeroed after
+every optimizer step, so savings are FLOPs on paper. Per-element optimizer state is zeroed where the mask is off,
+after every step and mask change, so a regrown weight starts at 0 with zero moments (the reference keeps stale Adam
+moments, adapt.md section 7); Adam's step count stays per tensor.
 """
 
 from __future__ import annotations

@@ -1,26 +1,9 @@
 """The layout of ``individual.sparse`` and the check the engine runs on a resumed checkpoint.
 
-Everything is a tensor, number, string, list or dict, so the state survives ``torch.save(...,
-weights_only=True)``, ``copy.deepcopy`` (selection copies) and the exchange envelope's meta. Keys:
-
-- ``format`` (int), ``controller`` (name), ``role``, ``keep_dense`` (list of name fragments);
-- ``masks``: parameter name -> bool tensor of the parameter's shape;
-- ``density``: the target overall density (changes only for an ADAPT discriminator);
-- ``steps``: own optimizer steps; ``mask_updates``: mask changes; ``seed``: base of per-event RNGs;
-- ``flops`` (per-sample forward FLOPs, see :mod:`evogan.sparse.flops`), ``cost`` ([sparse, dense]
-  per-sample forward at the current masks), ``ledger`` (FLOPs totals of this individual's steps);
-- discriminators also: ``balance``, the local lineage's balance state (shared by an offspring and its
-  incumbent during a generation with selection): ``clock`` (G steps of the cell's generators since the
-  lineage began), ``due`` (BR samples due, taken on the next G steps that face this D), ``samples`` (taken), ``window``
-  ([fG, fD, r] triples), ``pending`` (a density decision waits for the next D step), ``decisions``,
-  ``br`` (last balance ratio acted on), ``calibration`` (window BRs recorded during an ``auto`` band's
-  warm-up), ``band`` ([lower, upper] once calibrated, else None), ``warmup_end`` (its clock), and for
-  ``verify``: ``last_move`` ([direction, BR before it, density before it] or None), ``floor`` and
-  ``ceiling`` (density bounds learnt from moves that did not act on BR); plus
-  ``batch`` and ``g_cost`` (batch size and per-sample generator cost for D-step accounting);
-- generators with ``sema`` on also: ``sema`` (parameter name -> averaged tensor; not sent to neighbours).
-
-A copied individual inherits its parent's ledger: totals are per lineage, not per cell.
+The state holds only tensors, numbers, strings, lists and dicts, so it survives ``torch.save(...,
+weights_only=True)``, ``copy.deepcopy`` (selection copies) and the exchange envelope's meta. A discriminator's
+balance state belongs to its local lineage (an offspring shares its incumbent's); masks, densities and step counts
+are per individual, and a copy inherits its parent's FLOPs ledger, so totals are per lineage.
 """
 
 from __future__ import annotations
@@ -35,6 +18,14 @@ from evogan.sparse.masks import maskable_parameters
 if TYPE_CHECKING:
     from evogan.individual import Individual
 
+# Keys: ``format``, ``controller``, ``role``, ``keep_dense`` (name fragments); ``masks`` (name -> bool tensor of the
+# parameter's shape); ``density`` (the target; only ADAPT moves D's); ``steps`` (own optimizer steps),
+# ``mask_updates``, ``seed`` (base of per-event RNGs); ``flops`` (per-sample forward, :mod:`evogan.sparse.flops`),
+# ``cost`` ([sparse, dense] at the current masks), ``ledger`` (FLOPs totals). Discriminators add ``batch``, ``g_cost``
+# (for D-step accounting) and ``balance``: ``clock`` (the cell's G steps since the lineage began), ``due`` and
+# ``samples`` (BR samples), ``window`` ([fG, fD, r]), ``pending``, ``decisions``, ``br``, ``calibration``, ``band``,
+# ``warmup_end``, and for ``verify`` ``last_move``, ``floor``, ``ceiling``. With ``sema``: name -> averaged tensor
+# (a generator's; never sent to neighbours).
 FORMAT = 2  # 2: balance state per lineage (issue 10)
 
 

@@ -1,17 +1,10 @@
 """Sparse tensors for the exchange envelope: a masked weight travels as its active values plus a bitmap.
 
-For a masked tensor ``w`` of n elements, :func:`encode_sparse` emits
-
-- ``<name>.__values__``: ``w[mask]``, 1-D, in ``w``'s dtype (row-major order of the active positions);
-- ``<name>.__bitmap__``: the mask packed 8 positions per byte, uint8, ``ceil(n / 8)`` bytes, least
-  significant bit first, padding bits 0;
-- ``<name>.__shape__``: the dense shape, int64 (a few bytes, so a message decodes on its own).
-
-At density d a float32 weight costs about ``4 d n + n / 8`` bytes instead of ``4 n``. Unmasked tensors pass
-through unchanged. :func:`decode_sparse` rebuilds the dense tensors bit for bit and returns the masks; any
-inconsistency raises :class:`~evogan.errors.MessageRejected`, as the envelope does for bad messages. The
-controller state that travels in the envelope's meta (:func:`sparse_meta`) is checked field by field by
-:func:`check_sparse_meta` before a local controller reads it.
+A masked tensor ``w`` travels as ``<name>.__values__`` (``w[mask]``, row-major), ``<name>.__bitmap__`` (the mask, 8
+positions per byte, least significant bit first, padding 0) and ``<name>.__shape__`` (int64, so a message decodes
+on its own): about ``4 d n + n / 8`` bytes at density d instead of ``4 n`` for float32. Decoding rebuilds the dense
+tensors bit for bit; any inconsistency, and controller meta that fails :func:`check_sparse_meta`, raises
+:class:`~evogan.errors.MessageRejected`, as the envelope does for bad messages.
 """
 
 from __future__ import annotations

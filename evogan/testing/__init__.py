@@ -1,19 +1,9 @@
 """A test kit for plugin authors: a tiny recipe, a run with your plugin registered, contract checks.
 
-::
-
-    from evogan.testing import check_selection, run_tiny, write_tiny_recipe
-
-    def test_contract() -> None:
-        check_selection(LinearRank, {"pressure": 1.8})  # options, determinism, inputs left alone
-
-    def test_in_a_run(tmp_path) -> None:
-        recipe = write_tiny_recipe(tmp_path, generations=2)
-        run_dir = run_tiny(recipe, overrides=['selection={use="linear_rank", pressure=1.8}'])
-
-``run_tiny(recipe, plugin_object)`` registers a plugin object (hook implementations, or a plugin
-registering components) for that run only; :func:`registered` does the same for a block of code. pytest
-users may also import the ``tiny_recipe`` fixture into a ``conftest.py``.
+``check_selection(LinearRank, {"pressure": 1.8})`` checks options, determinism and that inputs are left alone;
+``run_tiny(write_tiny_recipe(tmp_path), plugin_object, overrides=[...])`` runs the tiny recipe with a plugin object
+(hook implementations, or a plugin registering components) registered for that run only, and :func:`registered`
+does the same for a block of code. pytest users may also import the ``tiny_recipe`` fixture into a ``conftest.py``.
 """
 
 from __future__ import annotations

@@ -1,26 +1,10 @@
-"""A cluster on one machine: network namespaces joined by a bridge, one ``evogan run --nnodes N`` agent
-per namespace on a shared run directory, and faults on their links. Needs root and iproute2.
+"""A cluster on one machine: network namespaces on a bridge, one ``evogan run --nnodes N`` agent per namespace on
+a shared run directory, and faults on their links (``link``, ``impair``). Needs root and iproute2.
 
-::
-
-    with Cluster(2, workdir=tmp) as cluster:          # evgn<pid>x<k>-n0 = 10.231.0.1, -n1 = 10.231.0.2
-        agents = [cluster.start_agent(i, recipe, run_dir) for i in range(2)]
-        cluster.link(1, up=False); ...; cluster.link(1, up=True)
-        cluster.impair(Impairment(delay_ms=100, jitter_ms=20))
-
-Each node namespace has one interface, ``eth0``, whose veth peer ``p<i>`` sits on bridge ``br0`` in a
-switch namespace of its own: nothing touches the host's network. ``link`` sets the switch-side port
-down, as if the node's cable were pulled (the node's own interface stays configured; its packets go
-nowhere). ``impair`` uses ``tc netem`` on each node's outgoing traffic where the kernel has it;
-otherwise the rate cap is a ``tbf`` qdisc on the same interface, and loss and delay act on each node's
-incoming traffic: an iptables ``statistic`` rule drops, an ``NFQUEUE`` rule hands packets to
-:mod:`evogan.testing.nfqueue`, which releases them late (delaying outgoing packets there would count
-them against the sender's TCP small-queue budget and throttle it far below the link; netem avoids that
-by orphaning them). Either way every one-way path sees the impairment once.
-
-Teardown always runs: ``close()`` (the context manager's exit, and ``atexit``) kills every process in
-the node namespaces and deletes them; a new cluster first deletes namespaces with its prefix whose
-creating process is gone.
+Nodes reach each other only through a switch namespace of their own, so nothing touches the host's network. Without
+``tc netem``, loss and delay act on incoming traffic (iptables and :mod:`evogan.testing.nfqueue`): delayed outgoing
+packets would count against the sender's TCP small-queue budget and throttle it far below the link. Teardown always
+runs (``close``, also at exit), and a new cluster first deletes namespaces whose creating process is gone.
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
 """CURVE ("ironhouse") for the ZeroMQ transport, and the ``evogan keys generate DIR`` command.
 
-Certificate directory layout (distribute it out of band, never through the rendezvous store, which has
-no authentication)::
-
-    DIR/public/server.key          the cluster's server public key; every SUB pins it
-    DIR/public/<name>.key          one client public key per name: the XPUBs' allow-list
-    DIR/private/server.key_secret  the server secret key; every XPUB is a CURVE server with it
-    DIR/private/<name>.key_secret  client secret keys; give each node only its own
-
-Every XPUB authenticates subscribers against ``public/`` with a ZAP handler (``ThreadAuthenticator``);
-a peer whose key is not listed, or that speaks plain ZMTP, completes no handshake and receives nothing.
-Cost: about 320 MB/s per stream, so leave it off on loopback and ipc.
+``DIR/public/server.key`` is pinned by every SUB, ``DIR/public/<name>.key`` are the XPUBs' allow-list, and
+``DIR/private/*.key_secret`` are the secret keys: give each node only its own. Distribute the directory out of
+band, never through the rendezvous store, which has no authentication. A peer whose key is not listed, or that
+speaks plain ZMTP, completes no handshake and receives nothing. Cost: about 320 MB/s per stream, so leave it off on
+loopback and ipc.
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
 """SNGAN's "standard CNN" pair for 32x32 images (Miyato et al. 2018, Table 3; CIFAR-10 / STL-10 at 32x32).
 
-We ship the standard CNN rather than the SNGAN ResNet that ADAPT's SNGAN results use ("lottery"
-backbone): it is about 4x cheaper per sample, which is what a CPU box can afford, and it keeps the two
-ingredients the balance ratio depends on, spectral norm on every D layer and raw hinge-loss logits.
-
-- G: z (128) -> Linear -> 4x4x512 -> three 4x4 stride-2 ConvT (256, 128, 64; BN, ReLU) -> 3x3 conv, tanh.
-- D: 3x3 conv 64 / 4x4 s2 conv 64 / 3x3 128 / 4x4 s2 128 / 3x3 256 / 4x4 s2 256 / 3x3 512, LeakyReLU(0.1),
-  then Linear(4x4x512 -> 1). Spectral norm (``torch.nn.utils.parametrizations.spectral_norm``) on every
-  conv and linear of D, so sparsity masks apply to ``parametrizations.weight.original``, as the reference
-  masks ``weight_orig``.
-
-Everything random at build time is drawn from the caller's ``torch.Generator``: the networks are built on
-the meta device, then weights (Xavier-uniform, as the SNGAN/GAN-LTH code) and the spectral norm's power
-iteration vectors ``u``, ``v`` are drawn from it; the global RNG is never touched.
+Not the SNGAN ResNet of ADAPT's results: the standard CNN is about 4x cheaper per sample, which a CPU can afford,
+and keeps what the balance ratio depends on, spectral norm on every D layer and raw hinge-loss logits. Masks of D
+apply to ``parametrizations.weight.original``, as the reference masks ``weight_orig``. The networks are built on
+the meta device, then their weights (Xavier-uniform) and power-iteration vectors are drawn from the caller's
+``torch.Generator``; the global RNG is never touched.
 """
 
 from __future__ import annotations

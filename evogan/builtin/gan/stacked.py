@@ -1,19 +1,10 @@
 """The GAN problem's training steps for many individuals at once (``run.vectorize``).
 
-The parameters of all generators (and of all discriminators) being trained in a process are stacked
-along a new first dimension, and one step runs every individual at once: a chain of linear layers and
-per-sample modules as batched matrix products (``baddbmm``), any other network through
-``torch.func.functional_call`` under ``torch.func.vmap``; each row's loss is the loss's own call.
-Each individual keeps its own Adam moments, step count and learning rate (a batched Adam below), its own
-noise (drawn from its cell's stream in the looped path's order) and its own opponent, picked from the
-live stack (its cell's own, being trained) or from the neighbours' frozen copies. BatchNorm running
-statistics are stacked like the parameters, one row per individual, and updated in place by the batched
-forward in train mode, an opponent's as well (:class:`Opposed`). While a generation trains, each
-individual's own tensors are views of its rows (:class:`Stack`), so a sparsity controller's hooks, called
-by the engine after each step, mask, regrow and measure the stacked rows in place; each G step returns
-every row's :class:`~evogan.api.GeneratorStep` for them. The arithmetic is the
-looped path's (:meth:`GanProblem.generator_step`, ``discriminator_step``), so records agree with it
-within float tolerance; batched products round differently, so they are not bitwise equal.
+Each role's parameters, Adam moments and BatchNorm statistics are stacked along a new first dimension, and one step
+trains every row (linear chains as ``baddbmm``, other networks under ``vmap``), each with its own learning rate,
+noise and opponent. While a generation trains, each individual's tensors are views of its rows (:class:`Stack`), so
+a sparsity controller's in-place hooks act on the stack. The arithmetic is the looped path's: records agree within
+float tolerance, not bitwise, as batched products round differently.
 """
 
 from __future__ import annotations
@@ -175,17 +166,11 @@ def run_plan(
 class Stack:
     """One role's individuals as stacked parameters with their Adam state.
 
-    Parameters and moments live in flat memory laid out name by name (each name's block holds every
-    row's tensor), so ``params[name]`` is a contiguous ``(rows, *shape)`` view for the batched forward
-    and each row's slice a contiguous view for its optimizer step. The step is torch's fused Adam kernel
-    once per row (each individual has its own learning rate): the same arithmetic as the looped path.
-
-    While the stack is open, each individual's parameters, optimizer moments and running statistics are
-    its rows (``param.data``, ``optimizer.state[param]`` and the module's buffers are views of the
-    stack), and with ``gradients`` each parameter's ``.grad`` is its row of the latest step's gradient:
-    a sparsity controller's in-place work on the individual (masking weights and moments, regrowing by
-    gradient, a forward for the balance ratio) acts on the stack. :meth:`close` gives the individuals
-    their own tensors back.
+    Parameters and moments live in flat memory, name by name, so ``params[name]`` is a contiguous ``(rows, *shape)``
+    view for the batched forward and each row a contiguous view for torch's fused Adam, run once per row (each
+    individual has its own learning rate), as the looped path. While the stack is open, each individual's
+    parameters, moments, buffers and (with ``gradients``) ``.grad`` are views of its rows, so a sparsity
+    controller's in-place work acts on the stack; :meth:`close` gives the individuals their own tensors back.
     """
 
     def __init__(self, individuals: Sequence[Individual], *, gradients: bool = False) -> None:

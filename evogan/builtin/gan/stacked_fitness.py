@@ -1,25 +1,10 @@
 """The GAN problem's all-vs-all fitness as one batched computation (vectorised cells).
 
-The looped path (:meth:`GanProblem.fitness <evogan.builtin.gan.problem.GanProblem.fitness>`) runs one
-discriminator forward per (generator, discriminator) pair. Here the generators' parameters are stacked
-and run once on the shared noise, and the discriminators' parameters are stacked and run once on all the
-generators' fakes together (and once on the real batch, for those whose logits are not memoised). In eval
-mode every layer acts on each sample alone (BatchNorm uses its running statistics), so each row computes
-what the looped forward computes, rounded differently. Every row reads the same input, so it is never
-copied per row: a chain of linear layers runs its first layer for all rows as one matrix product
-(the stacked weights side by side), the rest as ``baddbmm``; any other network runs under ``vmap`` with
-the input unbatched. On the CPU (:data:`STACK_ROWS`) each network instead runs once on the whole shared
-input, all fakes at once: there the stacked rows are slower than the looped products, which are already
-bound by arithmetic and memory. Inputs are cut into chunks of samples (:data:`FITNESS_SAMPLES`) so memory
-stays bounded (and, on the CPU, in the cache). The losses are the loss's own calls on each pair's
-logits, in the looped path's order.
-
-One evaluation is batched at a time (a cell's :meth:`~evogan.engine.cell.Cell.evaluate`), not the
-evaluations of all cells a process drives: within one every network reads the same input (the same
-noise, fakes, real batch), so no row needs a copy of it, while across cells the inputs differ and each
-critic row would need its own copy of its cell's fakes (the MNIST pair, 9 cells of 5 neighbours, 500
-samples: about 350 MB per evaluation). Sparse individuals need nothing here: their masks are already in
-their weights.
+Instead of one discriminator forward per (generator, discriminator) pair, the stacked generators run once on the
+shared noise and the stacked discriminators once on all fakes. In eval mode each sample is computed alone, so every
+row matches the looped path up to rounding. Every row reads the same input, which is never copied per row; that is
+why one evaluation is batched at a time and not all cells of a process (each critic row would need its own copy of
+its cell's fakes: benchmarks/RESULTS.md, 'Fitness as one batched evaluation'). Masks are already in sparse weights.
 """
 
 from __future__ import annotations
@@ -36,11 +21,10 @@ from evogan.api import ROLES, Role, StackedFitness
 from evogan.builtin.gan.modes import evaluating
 from evogan.builtin.gan.stacked import Forward, GanSteps, Params, linear_plan, run_plan, signature
 
-# Whether a device runs the networks' stacked rows as one forward. On the CPU it does not: there the looped
-# path's products are already bound by arithmetic and memory, and the stacked rows (batched products on a
-# strided view, larger activations) took 1.02-1.68x its time for the toy and MNIST pairs at 5 x 5 and
-# 13 x 13 (benchmarks/fitness.py), each network once on all fakes 0.89-1.10x (once 1.41x). On a GPU one stacked
-# forward replaces many small launches.
+# Whether a device runs the networks' stacked rows as one forward. Not on the CPU: there the looped products are
+# already bound by arithmetic and memory, and the stacked rows were slower, while each network once on all fakes is
+# at parity (benchmarks/RESULTS.md, 'Fitness as one batched evaluation'). On a GPU one stacked forward replaces many
+# small launches.
 STACK_ROWS = {"cpu": False}
 # Rows x samples per forward: on the CPU, activations that stay in the cache; on a GPU, pieces that
 # keep it busy.
