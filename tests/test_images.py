@@ -359,9 +359,15 @@ def test_classifier_fid_real_small_noise_large(metric: im.ClassifierMetric, digi
     assert metric.classifier_hash == weights_hash(DEFAULT_WEIGHTS)[:12]
     real = metric.score(digits.sample(1000, generator=seeded(9)))
     noise = metric.score(torch.rand(1000, 1, 28, 28, generator=seeded(9)) * 2 - 1)
-    assert set(real) == {"fid", "tvd", "classes_covered"} and all(type(v) is float for v in real.values())
+    feature_keys = {"kid", "kid_std", "precision", "recall", "density", "coverage"}
+    assert set(real) == {"fid", "tvd", "classes_covered", *feature_keys}
+    assert all(type(v) is float for v in real.values())
     assert real["fid"] < 10 and real["tvd"] < 0.1 and real["classes_covered"] == 10
     assert noise["fid"] > 100 and noise["fid"] > 30 * real["fid"]
+    # held-out digits lie on the reference's manifold and cover it; the classifier maps noise into one
+    # class's region (one class covered), so noise keeps precision but recall and coverage fall to ~0
+    assert min(real["precision"], real["recall"], real["coverage"]) > 0.9 and 0.8 < real["density"] < 1.2
+    assert noise["recall"] < 0.05 and noise["coverage"] < 0.1 and noise["kid"] > 100 * abs(real["kid"])
 
 
 def test_classifier_tvd_of_one_class_is_about_nine_tenths(
@@ -462,7 +468,7 @@ def run_inception(weights: Path, digits: TensorSource, feature: int) -> dict[str
     assert metric.classifier_hash == weights_hash(weights)[:12]
     metric.prepare(digits, CPU, generator=seeded())
     scores = metric.score(torch.rand(3, 1, 28, 28, generator=seeded(2)) * 2 - 1)
-    assert set(scores) == {"fid", "is", "is_std"} and all(np.isfinite(v) for v in scores.values())
+    assert set(scores) == {"fid", "is", "is_std", "kid", "kid_std"} and all(np.isfinite(v) for v in scores.values())
     assert scores["fid"] >= 0 and scores["is"] >= 1.0 - 1e-9
     return scores
 

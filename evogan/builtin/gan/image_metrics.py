@@ -1,5 +1,7 @@
 """Image quality metrics: classifier FID/TVD for MNIST-like data, Inception FID/IS with the FID Inception
-weights (a file the user gives, or the cached copy, downloaded from the published URL when allowed).
+weights (a file the user gives, or the cached copy, downloaded from the published URL when allowed); both
+also give KID, precision, recall, density and coverage on the same features
+(:mod:`evogan.builtin.gan.feature_metrics`).
 
 Both compare generated samples against statistics of a fixed real reference sample, computed once in
 ``prepare`` and kept in memory (and optionally on disk, keyed by the exact real pixels and the network's
@@ -27,11 +29,12 @@ from evogan.lazy import lazy
 if TYPE_CHECKING:
     import torch
 
-    from evogan.builtin.gan import classifier
+    from evogan.builtin.gan import classifier, feature_metrics
     from evogan.builtin.gan.classifier import MnistClassifier
 else:  # imported on first use: `evogan validate` and `components` read options without them
     torch = lazy("torch", globals())
     classifier = lazy("evogan.builtin.gan.classifier", globals())
+    feature_metrics = lazy("evogan.builtin.gan.feature_metrics", globals())
 
 INCEPTION_FILE = "pt_inception-2015-12-05-6726825d.pth"
 # pytorch-fid's release of the TF-Inception port every FID tool uses (torch-fidelity's is the same file);
@@ -95,11 +98,56 @@ class RealStats:
     mu: torch.Tensor
     cov: torch.Tensor
     sqrt_cov: torch.Tensor
+    features: torch.Tensor  # the reference sample's features, for KID and the k-NN metrics
+    radii: torch.Tensor | None = None  # each real's distance to its k-th nearest real (nearest_k)
     histogram: torch.Tensor | None = None
 
     def to_dict(self) -> dict[str, torch.Tensor]:
-        out = {"mu": self.mu, "cov": self.cov, "sqrt_cov": self.sqrt_cov}
-        return out if self.histogram is None else {**out, "histogram": self.histogram}
+        out = {"mu": self.mu, "cov": self.cov, "sqrt_cov": self.sqrt_cov, "features": self.features}
+        optional = {"radii": self.radii, "histogram": self.histogram}
+        return {**out, **{k: v for k, v in optional.items() if v is not None}}
+
+
+class FeatureMetricOptions(ComponentOptions):
+    """What the feature-space metrics beside FID cost: KID's subsets and the k of the k-NN metrics."""
+
+    kid_subsets: int = Field(
+        10, ge=0, description="KID: random subsets averaged (0: no KID); one when both sets fit in a subset"
+    )
+    kid_subset_size: int = Field(1000, ge=2, description="KID: samples per subset (torch-fidelity: 1000)")
+    nearest_k: int = Field(
+        5,
+        ge=0,
+        description="k of precision, recall, density and coverage (Naeem et al.: 5; 0, or k samples or fewer: none)",
+    )
+
+
+def feature_scores(real: RealStats, fake: torch.Tensor, options: FeatureMetricOptions) -> dict[str, float]:
+    """KID and precision/recall/density/coverage of generated ``fake`` features against the reference."""
+    out: dict[str, float] = {}
+    if options.kid_subsets:
+        out["kid"], out["kid_std"] = feature_metrics.kid(
+            real.features, fake, subsets=options.kid_subsets, subset_size=options.kid_subset_size
+        )
+    if real.radii is not None and fake.shape[0] > options.nearest_k:
+        out.update(feature_metrics.prdc(real.features, fake, k=options.nearest_k, real_radii=real.radii))
+    return out
+
+
+def diverged_scores(options: FeatureMetricOptions) -> dict[str, float]:
+    """What a generator that produced non-finite samples scores on the feature metrics."""
+    kid = {"kid": float("inf"), "kid_std": 0.0} if options.kid_subsets else {}
+    knn = {"precision": 0.0, "recall": 0.0, "density": 0.0, "coverage": 0.0} if options.nearest_k else {}
+    return {**kid, **knn}
+
+
+def real_stats(
+    features: torch.Tensor, options: FeatureMetricOptions, histogram: torch.Tensor | None = None
+) -> RealStats:
+    mu, cov = mean_cov(features)
+    k = options.nearest_k
+    radii = feature_metrics.nearest_radii(features, k) if k and features.shape[0] > k else None  # else: none
+    return RealStats(mu, cov, sqrt_psd(cov), features.double().cpu(), radii, histogram)
 
 
 def reference_sample(data: DataSource, count: int, seed: int, generator: torch.Generator) -> torch.Tensor:
@@ -155,7 +203,7 @@ def _batched(
 
 
 # --------------------------------------------------------------------------------------------- classifier
-class ClassifierMetricOptions(ComponentOptions):
+class ClassifierMetricOptions(FeatureMetricOptions):
     samples: int = Field(
         1000, ge=2, description="real samples for the reference statistics (Lipizzaner: 1000)"
     )
@@ -212,15 +260,14 @@ class ClassifierMetric(Metric[ClassifierMetricOptions]):
 
     def _real_stats(self, real: torch.Tensor) -> RealStats:
         features, logits = self._features(real)
-        mu, cov = mean_cov(features)
-        return RealStats(mu, cov, sqrt_psd(cov), class_histogram(logits, self.model.num_classes))
+        return real_stats(features, self.options, class_histogram(logits, self.model.num_classes))
 
     def prepare(self, data: DataSource, device: torch.device, *, generator: torch.Generator) -> None:
         self._check(data.sample_shape, "the dataset")
         self.device = torch.device(device)
         self.model.to(self.device)
         real = reference_sample(data, self.options.samples, self.options.reference_seed, generator)
-        key = stats_key(real, self.classifier_hash, self.name)
+        key = stats_key(real, self.classifier_hash, f"{self.name}-k{self.options.nearest_k}")
         self.real = self.cache.get(key, lambda: self._real_stats(real))
 
     def score(self, samples: torch.Tensor) -> dict[str, float]:
@@ -229,8 +276,8 @@ class ClassifierMetric(Metric[ClassifierMetricOptions]):
         self._check(tuple(samples.shape[1:]), "the generated sample")
         if samples.shape[0] < 2:
             raise UserError(f"metric {self.name} needs at least 2 generated samples, got {samples.shape[0]}")
-        if not bool(torch.isfinite(samples).all()):
-            return {"fid": float("inf"), "tvd": 1.0, "classes_covered": 0.0}  # a diverged generator
+        if not bool(torch.isfinite(samples).all()):  # a diverged generator
+            return {"fid": float("inf"), "tvd": 1.0, "classes_covered": 0.0, **diverged_scores(self.options)}
         features, logits = self._features(samples.detach())
         histogram = class_histogram(logits, self.model.num_classes)
         covered = float((histogram >= self.coverage_threshold).sum())
@@ -241,6 +288,7 @@ class ClassifierMetric(Metric[ClassifierMetricOptions]):
             "fid": frechet_distance(real.mu, real.cov, mu, cov, real.sqrt_cov),
             "tvd": total_variation(real.histogram, histogram),
             "classes_covered": covered,
+            **feature_scores(real, features, self.options),
         }
 
 
@@ -286,7 +334,7 @@ def inception_weights(path: Path | None, download: bool = False) -> tuple[Path, 
     return cached, digest
 
 
-class InceptionMetricOptions(ComponentOptions):
+class InceptionMetricOptions(FeatureMetricOptions):
     weights: Path | None = Field(
         None,
         description=f"path to {INCEPTION_FILE}; none = the cached copy (<cache>/weights/{INCEPTION_FILE}, "
@@ -397,8 +445,7 @@ class InceptionMetric(Metric[InceptionMetricOptions]):
 
     def _real_stats(self, real: torch.Tensor) -> RealStats:
         features, _ = self._features(real)
-        mu, cov = mean_cov(features)
-        return RealStats(mu, cov, sqrt_psd(cov))
+        return real_stats(features, self.options)
 
     def prepare(self, data: DataSource, device: torch.device, *, generator: torch.Generator) -> None:
         shape = tuple(data.sample_shape)
@@ -411,7 +458,7 @@ class InceptionMetric(Metric[InceptionMetricOptions]):
             self.network = self._load()
         self.network.to(self.device)
         real = reference_sample(data, self.options.samples, self.options.reference_seed, generator)
-        key = stats_key(real, self.classifier_hash, f"{self.name}{self.options.feature}")
+        key = stats_key(real, self.classifier_hash, f"{self.name}{self.options.feature}-k{self.options.nearest_k}")
         self.real = self.cache.get(key, lambda: self._real_stats(real))
 
     def score(self, samples: torch.Tensor) -> dict[str, float]:
@@ -419,13 +466,13 @@ class InceptionMetric(Metric[InceptionMetricOptions]):
             raise RuntimeError("InceptionMetric.score() before prepare()")
         if samples.shape[0] < 2:
             raise UserError(f"metric {self.name} needs at least 2 generated samples, got {samples.shape[0]}")
-        if not bool(torch.isfinite(samples).all()):
-            return {"fid": float("inf"), "is": 0.0, "is_std": 0.0}  # a diverged generator
+        if not bool(torch.isfinite(samples).all()):  # a diverged generator
+            return {"fid": float("inf"), "is": 0.0, "is_std": 0.0, **diverged_scores(self.options)}
         features, logits = self._features(samples.detach())
         mu, cov = mean_cov(features)
         fid = frechet_distance(self.real.mu, self.real.cov, mu, cov, self.real.sqrt_cov)
         score, spread = inception_score(logits, self.options.splits)
-        return {"fid": fid, "is": score, "is_std": spread}
+        return {"fid": fid, "is": score, "is_std": spread, **feature_scores(self.real, features, self.options)}
 
 
 @hookimpl
