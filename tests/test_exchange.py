@@ -124,6 +124,27 @@ def test_cells_in_one_process_take_turns_every_round_publishing_before_anyone_ga
     assert {e[0] for e in events[len(expected) :]} == {"gather"}  # the end: the last models, for the summary
 
 
+def test_a_cell_that_fails_inside_its_turn_stops_the_generation_with_its_error(
+    tiny_recipe, published, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    original = Cell.varying
+
+    def varying(self: Cell, job: Any) -> Any:
+        steps = original(self, job)
+        for step in steps:
+            yield step
+            if self.index == 1:
+                raise ValueError("cell 1 failed after its first exchange")
+
+    monkeypatch.setattr(Cell, "varying", varying)
+    with pytest.raises(ValueError, match="cell 1 failed"):
+        run(tiny_recipe(generations=2), "exchange.every_batches=2")
+    # every cell published at the point inside generation 1; then cell 0 finished, cell 1 failed, and
+    # nobody else trained on: no cell published the end of generation 1
+    assert [(c, s) for c, g, s in published if s] == [(c, 2) for c in range(4)]
+    assert [(c, g) for c, g, s in published if not s] == [(c, 0) for c in range(4)] + [(0, 1)]
+
+
 # ------------------------------------------------------------------------------------------ recipes
 @pytest.mark.parametrize(
     ("setting", "message"),
