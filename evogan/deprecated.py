@@ -59,6 +59,13 @@ RECIPE_KEYS: tuple[Deprecation, ...] = (
     Deprecation("sparsity.band_settle", "sparsity.calibrate.settle", since="0.3.0", removal="0.4.0"),
     Deprecation("sparsity.band_width", "sparsity.calibrate.width", since="0.3.0", removal="0.4.0"),
     Deprecation("sparsity.band_min_width", "sparsity.calibrate.min_width", since="0.3.0", removal="0.4.0"),
+    Deprecation(
+        "sparsity.grown_moments",
+        "nothing: a regrown weight starts with its layer's mean Adam second moment ('layer'; 'zero' lost its "
+        "benchmark)",
+        since="0.3.0",
+        removal="0.4.0",
+    ),
 )
 _BY_NAME = {deprecation.old: deprecation for deprecation in (*DEPRECATIONS, *RECIPE_KEYS)}
 

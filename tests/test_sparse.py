@@ -673,7 +673,6 @@ def test_registration_names() -> None:
         (builtin.AdaptRelax, {"br_lower": 0.7}, "br_upper"),
         (builtin.AdaptRelax, {"g_mask": "frozen"}, "g_mask"),
         (builtin.Static, {"init": "xavier"}, "init"),
-        (builtin.RigL, {"grown_moments": "adam"}, "grown_moments"),
         (builtin.AdaptStrict, {"density_d": 0.8}, "density_max"),
         (builtin.AdaptRelax, {"br_freq": 20, "da_iters": 10}, "da_iters"),
     ],
@@ -681,3 +680,10 @@ def test_registration_names() -> None:
 def test_bad_options_are_rejected(cls: type, options: dict[str, Any], match: str) -> None:
     with pytest.raises(ValidationError, match=match):
         cls.Options(**options)
+
+
+def test_grown_moments_lost_its_benchmark_and_warns_but_still_works() -> None:
+    with pytest.warns(FutureWarning, match="sparsity.grown_moments is deprecated"):
+        assert builtin.RigL.Options(grown_moments="zero").grown_moments == "zero"
+    with pytest.warns(FutureWarning), pytest.raises(ValidationError, match="grown_moments"):
+        builtin.RigL.Options(grown_moments="adam")

@@ -65,8 +65,8 @@ class DstOptions(StaticOptions):
     g_interval: int = Field(500, gt=0, description="Generator prune-and-grow every this many G steps.")
     grown_moments: Literal["layer", "zero"] = Field(
         "layer",
-        description="A regrown weight's Adam second moment: 'layer', its layer's mean over active weights (its "
-        "first steps are its neighbours' size); 'zero': zero (its first steps are up to 16x larger).",
+        description="Deprecated: a regrown weight's Adam second moment, its layer's mean over active weights "
+        "('layer'); 'zero' lost its benchmark (its first steps are up to 16x larger).",
     )
     drop_fraction: float = Field(
         0.5, gt=0, le=1, description="Fraction of active G weights replaced at step 0."
@@ -80,6 +80,13 @@ class DstOptions(StaticOptions):
         description="Horizon of the cosine drop-fraction schedule in the individual's own steps, about "
         "generations x G steps per generation (the paper: the whole run, 100k).",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _deprecated_switches(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "grown_moments" in data:
+            warn("sparsity.grown_moments")
+        return data
 
     @model_validator(mode="after")
     def _schedule(self) -> DstOptions:
