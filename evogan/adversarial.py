@@ -44,6 +44,11 @@ class AdversarialProblem(Problem[OptionsT]):
     def learning_rate(self) -> float:
         raise NotImplementedError
 
+    @property
+    def generator_decay(self) -> float:
+        """Decay of the generators' moving average (:mod:`evogan.average`), updated after each G step; 0: none."""
+        return 0.0
+
     def hyper(self, role: Role) -> dict[str, float]:
         return {"lr": self.learning_rate, "lr0": self.learning_rate}
 
@@ -115,7 +120,7 @@ class AdversarialProblem(Problem[OptionsT]):
     def together_obstacle(self, populations: Sequence[Mapping[Role, Sequence[Individual]]], *, hooks: bool) -> str:
         gens = [g for members in populations for g in members["generator"]]
         discs = [d for members in populations for d in members["discriminator"]]
-        probe = self.stacked_training(gens, discs, hooks=hooks)
+        probe = self.stacked_training(gens, discs, hooks=hooks or self.generator_decay > 0)
         if isinstance(probe, str):
             return probe
         probe.close()  # it trained nothing: closing gives the individuals their own tensors back, unchanged
@@ -125,7 +130,8 @@ class AdversarialProblem(Problem[OptionsT]):
         gens = [g for job in jobs for g in job.members["generator"]]
         discs = [d for job in jobs for d in job.members["discriminator"]]
         started = time.perf_counter()
-        stacked = self.stacked_training(gens, discs, hooks=jobs[0].sparsity is not None)
+        # the moving average reads each generator's own parameters: they must be views of the stack
+        stacked = self.stacked_training(gens, discs, hooks=jobs[0].sparsity is not None or self.generator_decay > 0)
         if isinstance(stacked, str):  # the engine asked together_obstacle first: these individuals changed
             raise RuntimeError(f"cells trained together: {stacked}")
         try:
@@ -208,6 +214,8 @@ def _train(
                 info.step = step
                 if sparsity is not None:
                     sparsity.after_generator_step(g, chosen[0][0], info, problem)
+                if problem.generator_decay:
+                    _average(g, problem.generator_decay)
         if _together(jobs, problem.train_discriminator_at, step):
             defenders, real_d, streams = _rows(
                 jobs,
@@ -224,6 +232,16 @@ def _train(
     if sparsity is not None:
         for job in jobs:
             sparsity.end_generation(job.members["generator"], job.members["discriminator"])
+
+
+def _average(generator: Individual, decay: float) -> None:
+    """One step of the generator's moving average; the first starts it at the weights just trained."""
+    from evogan import average
+
+    if generator.average is None:
+        generator.average = average.start(generator.network)
+    else:
+        average.update(generator.average, generator.network, decay)
 
 
 def _rows(

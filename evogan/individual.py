@@ -44,6 +44,7 @@ class Individual:
     :param optimizer: None for a problem that varies its individuals without gradients.
     :param origin: the cell the individual was created or last trained in.
     :param sparse: masks and sparsity-controller state; copied together with the weights.
+    :param average: the moving average of the weights that evaluation uses (``problem.g_ema``), or None.
     """
 
     role: Role
@@ -54,6 +55,7 @@ class Individual:
     uid: str
     fitness: LossFitness = field(default_factory=LossFitness)
     sparse: dict[str, Any] = field(default_factory=dict)
+    average: dict[str, torch.Tensor] | None = None
 
     @property
     def learning_rate(self) -> float:
@@ -93,6 +95,7 @@ class Individual:
             origin=self.origin,
             uid=self.uid,
             sparse=copy.deepcopy(self.sparse),
+            average=copy.deepcopy(self.average),
         )
 
     def state(self) -> dict[str, Any]:
@@ -106,6 +109,7 @@ class Individual:
             "network": self.network.state_dict(),
             "optimizer": None if self.optimizer is None else self.optimizer.state_dict(),
             "sparse": self.sparse,
+            "average": self.average,
         }
 
     @classmethod
@@ -126,6 +130,7 @@ class Individual:
             origin=int(state["origin"]),
             uid=state["uid"],
             sparse=state["sparse"],
+            average=state.get("average"),  # absent from checkpoints before 0.3
         )
         if state["fitness"]:
             individual.fitness.values = tuple(state["fitness"])

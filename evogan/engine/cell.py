@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from deap import tools
 
+from evogan import average
 from evogan.api import (
     Mutation,
     Opponents,
@@ -114,6 +115,7 @@ class Cell:
             roles=self.roles,
         )
         self._expected: Manifest | None = None
+        self._parameters: set[str] | None = None
         self._training: Mapping[Role, list[Individual]] | None = None  # the individuals being varied now
         self._memo: dict[torch.nn.Module, Any] = {}  # this generation's per-network fitness outputs
         # vectorised cells: all-vs-all fitness through the problem's stacked_fitness where it can
@@ -185,6 +187,14 @@ class Cell:
             }
         return self._expected
 
+    def _parameter_names(self) -> set[str]:
+        """``role/name`` of every parameter (what a moving average holds), as the manifest names them."""
+        if self._parameters is None:
+            self._parameters = {
+                f"{role}/{name}" for role in self.roles for name, _ in self.best(role).network.named_parameters()
+            }
+        return self._parameters
+
     def receive(
         self, messages: Mapping[int, Sequence[bytes | memoryview]], *, wanted: tuple[int, int] | None = None
     ) -> dict[int, dict[str, Any]]:
@@ -197,7 +207,7 @@ class Cell:
         accepted: dict[int, dict[str, Any]] = {}
         for peer, frames in messages.items():
             try:
-                message = self.codec.decode(peer, frames, self._expected_manifest())
+                message = self.codec.decode(peer, frames, self._expected_manifest(), self._parameter_names())
             except MessageRejected as exc:
                 reason = str(exc).split(":")[0][:60]
                 self.exchange.dropped[reason] = self.exchange.dropped.get(reason, 0) + 1
@@ -234,6 +244,7 @@ class Cell:
             individual.uid = model.uid if model.uid is not None else f"{peer}/{role[0].upper()}"
             # The sender's masks and controller state travel with its weights (never fresh random masks).
             individual.sparse = sparse_state(model.sparse, model.masks) if model.sparse else {}
+            individual.average = None if model.average is None else {k: v.clone() for k, v in model.average.items()}
             if model.fitness is not None:
                 individual.fitness.values = (model.fitness,)
 
@@ -428,9 +439,13 @@ class Cell:
         return replaced
 
     def evaluated(self, individual: Individual) -> torch.nn.Module:
-        """The network evaluation and pictures use for ``individual`` (the sparsity controller's choice)."""
+        """The network evaluation and pictures use for ``individual``: the sparsity controller's choice
+        (SEMA), else the moving average where the individual keeps one, else its network."""
         sparsity = self.settings.sparsity
-        return individual.network if sparsity is None else sparsity.evaluation_network(individual)
+        network = individual.network if sparsity is None else sparsity.evaluation_network(individual)
+        if network is individual.network and individual.average is not None:
+            return average.averaged_copy(individual.network, individual.average)
+        return network
 
     def best_scored(self) -> torch.nn.Module:
         """The network that stands for this cell's best of the scored role (the problem's first: a GAN's

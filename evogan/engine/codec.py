@@ -13,7 +13,7 @@ misconfigured run, stopped at once with the cell named.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +40,7 @@ class Model:
     :param uid: the sender's individual id (None: not sent).
     :param fitness: the sender's last loss (None: not evaluated yet, e.g. inside a generation).
     :param sparse: the sparsity controller's state without masks (None: dense).
+    :param average: the moving average of the parameters (``problem.g_ema``), or None.
     """
 
     weights: dict[str, torch.Tensor]
@@ -49,6 +50,10 @@ class Model:
     uid: str | None
     fitness: float | None
     sparse: dict[str, Any] | None
+    average: dict[str, torch.Tensor] | None = None
+
+
+AVERAGE = "~average/"  # prefix of the moving-average tensors: ``~average/<role>/<parameter>``
 
 
 @dataclass(frozen=True)
@@ -108,6 +113,8 @@ class Codec:
             if self.optimizer_state:
                 tensors.update(encode_sparse(*optimizer_tensors(role, individual)))
                 self.layouts[role] = state_layout(individual) or self.layouts.get(role, {})
+            if individual.average is not None:
+                tensors.update({f"{AVERAGE}{role}/{k}": v for k, v in individual.average.items()})
             if individual.sparse:
                 sparse_info[role] = sparse_meta(individual.sparse)
             self.sparse[role] = sparse_info.get(role)
@@ -130,16 +137,20 @@ class Codec:
             meta=meta,
         )
 
-    def decode(self, peer: int, frames: Any, expected: Manifest) -> Message:
+    def decode(
+        self, peer: int, frames: Any, expected: Manifest, parameters: Collection[str] = ()
+    ) -> Message:
         """Check and decode ``peer``'s message against the local model's ``expected`` manifest
-        (prefixed names such as ``generator/0.weight`` -> dtype and shape). Every failure is
+        (prefixed names such as ``generator/0.weight`` -> dtype and shape; ``parameters``: which of them
+        are parameters, all of which a role's moving average must hold). Every failure is
         ``MessageRejected`` naming the field, before anything of the message is used."""
         received = envelope.decode(frames, max_bytes=self.max_bytes)
         header = received.header
         self._check_sender(peer, header)
         meta = header["meta"]
         facts = {key: _per_role(meta, key, self.roles) for key in ("fitness", "lr", "uid", "sparse")}
-        weights, moments = split(received.tensors)
+        averages = _averages(received.tensors, expected, parameters, self.roles)
+        weights, moments = split({k: v for k, v in received.tensors.items() if not k.startswith(AVERAGE)})
         state, masks = decode_sparse(weights, expected)
         sparse_moments, moment_masks = decode_sparse(moments, moment_manifest(moments, expected), complete=False)
         optimizer = checked_state(sparse_moments, moment_masks, expected, masks, self.layouts)
@@ -169,6 +180,7 @@ class Codec:
                 uid=uid,
                 fitness=None if loss is None else float(loss),
                 sparse=sparse,
+                average=averages.get(role),
             )
         return Message(header=header, models=models)
 
@@ -189,6 +201,28 @@ class Codec:
                 "(recipe hash differs): every node must run the same recipe"
             )
         raise MessageRejected("recipe hash differs: nodes run different recipes")
+
+
+def _averages(
+    tensors: Mapping[str, torch.Tensor], expected: Manifest, parameters: Collection[str], roles: tuple[Role, ...]
+) -> dict[Role, dict[str, torch.Tensor]]:
+    """Role -> its moving average, from the ``~average/`` tensors: each one of the role's parameters in the
+    local model's dtype and shape, and all of them."""
+    out: dict[Role, dict[str, torch.Tensor]] = {}
+    for key, tensor in tensors.items():
+        if not key.startswith(AVERAGE):
+            continue
+        name = key[len(AVERAGE) :]
+        role, _, parameter = name.partition("/")
+        if role not in roles or name not in parameters:
+            raise MessageRejected(f"average: {name!r} is not a parameter of the local model")
+        if (tensor.dtype, tuple(tensor.shape)) != tuple(expected[name]):
+            raise MessageRejected(f"average: {name!r} differs from the local model in dtype or shape")
+        out.setdefault(role, {})[parameter] = tensor
+    for role, average in out.items():
+        if len(average) != sum(1 for name in parameters if name.startswith(f"{role}/")):
+            raise MessageRejected(f"average: the {role}'s average lacks parameters")
+    return out
 
 
 def _per_role(meta: Mapping[str, Any], key: str, roles: tuple[Role, ...]) -> dict[str, Any]:

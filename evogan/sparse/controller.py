@@ -21,15 +21,16 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
+    from evogan import average as sema
     from evogan.adversarial import AdversarialProblem
     from evogan.individual import Individual
-    from evogan.sparse import balance, dst, flops, sema
+    from evogan.sparse import balance, dst, flops
     from evogan.sparse import masks as _masks
     from evogan.sparse import state as _state
 else:  # the options are read without torch (evogan validate); the controller's work imports it
     torch = lazy("torch", globals())
     balance, dst = lazy("evogan.sparse.balance", globals()), lazy("evogan.sparse.dst", globals())
-    flops, sema = lazy("evogan.sparse.flops", globals()), lazy("evogan.sparse.sema", globals())
+    flops, sema = lazy("evogan.sparse.flops", globals()), lazy("evogan.average", globals())
     _masks, _state = lazy("evogan.sparse.masks", globals()), lazy("evogan.sparse.state", globals())
 
 

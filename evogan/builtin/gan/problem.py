@@ -72,6 +72,13 @@ class GanOptions(ComponentOptions):
     clip_weights: float = Field(
         0.0, ge=0, description="clamp every D weight to [-c, c] after each D step (WGAN: 0.01); 0: off"
     )
+    g_ema: float = Field(
+        0.0,
+        ge=0,
+        lt=1,
+        description="decay of each generator's moving average, updated after every G step; evaluation, "
+        "pictures, sample, load and export use it (StyleGAN2-ADA: 0.999); 0: off",
+    )
     d_skip: int = Field(0, ge=0, description="train D on every (d_skip+1)-th batch only (Lipizzaner's skip)")
     critic_steps: int = Field(
         1, ge=1, description="train G on every critic_steps-th batch only (SNGAN's n_critic)"
@@ -214,6 +221,10 @@ class GanProblem(AdversarialProblem[GanOptions]):
         if self.data is None:
             raise RuntimeError("GanProblem.setup() was not called")
         return self.data
+
+    @property
+    def generator_decay(self) -> float:
+        return self.options.g_ema
 
     @property
     def learning_rate(self) -> float:

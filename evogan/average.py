@@ -1,9 +1,10 @@
-"""Sparse exponential moving average (SEMA) of a generator's weights, as the ADAPT reference keeps it.
+"""The exponential moving average of a network's weights, which evaluation uses in its place: the
+generator average of StyleGAN2-ADA and StudioGAN (``problem.g_ema``), and ADAPT's sparse one (SEMA,
+``sparsity.sema``), which also takes each new mask.
 
-After every generator step ``avg = decay * avg + (1 - decay) * w`` for each parameter; when the generator's
-mask changes, the average is first multiplied by the new mask, so pruned positions of the average are zero
-and grown ones start from zero (adapt.md 3.7: G ``dst()`` -> SEMA). Buffers (BatchNorm running statistics)
-are not averaged: the evaluated copy takes the live network's.
+After every step ``avg = decay * avg + (1 - decay) * w`` per parameter; with a new mask the average is first
+multiplied by it (pruned positions zero, grown ones start at zero: adapt.md 3.7). Buffers (BatchNorm
+statistics) are not averaged: the evaluated copy takes the live network's.
 """
 
 from __future__ import annotations
