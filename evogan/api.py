@@ -644,6 +644,20 @@ class Loss(Component[OptionsT]):
         raise NotImplementedError
 
 
+class Augment(Component[OptionsT]):
+    """Differentiable augmentation of every discriminator input in training, real and fake alike (a GAN
+    problem's ``[problem.augment]``); drawn from the stream it is given, so runs stay reproducible."""
+
+    kind: ClassVar[str] = "augment"
+    hook: ClassVar[str] = "evogan_register_augments"
+    identity: ClassVar[bool] = False  # True: changes nothing and draws nothing (the default)
+
+    @abc.abstractmethod
+    def __call__(self, images: torch.Tensor, *, generator: torch.Generator) -> torch.Tensor:
+        """The batch ``images`` (N, C, H, W), each sample transformed on its own."""
+        raise NotImplementedError
+
+
 class Metric(Component[OptionsT]):
     """Scores generated samples against the real data. ``lower_is_better`` names the direction of
     ``primary``, the key the mixture ES optimises when this metric drives it."""
@@ -766,6 +780,7 @@ KINDS: tuple[type[Component[Any]], ...] = (
     Dataset,
     Networks,
     Loss,
+    Augment,
     Metric,
     Transport,
     Pairing,
@@ -781,6 +796,7 @@ else:
 __all__ = [
     "KINDS",
     "ROLES",
+    "Augment",
     "Component",
     "ComponentOptions",
     "ComponentRegistries",

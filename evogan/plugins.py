@@ -39,6 +39,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "evogan.builtin.gan.images",
     "evogan.builtin.gan.image_networks",
     "evogan.builtin.gan.image_metrics",
+    "evogan.builtin.gan.augment",
     "evogan.builtin.gan.sngan",
 )
 

@@ -15,6 +15,7 @@ from pydantic import Field, model_validator
 
 from evogan.adversarial import AdversarialProblem
 from evogan.api import (
+    Augment,
     ComponentOptions,
     Dataset,
     DatasetOptions,
@@ -59,6 +60,9 @@ class GanOptions(ComponentOptions):
         "network", "mlp_2d", "generator/discriminator pair ([problem.network])"
     )
     loss: ComponentRef = component_field("loss", "bce", "adversarial loss ([problem.loss])")
+    augment: ComponentRef = component_field(
+        "augment", "none", "augmentation of every D input in training ([problem.augment]; diffaugment)"
+    )
     metric: ComponentRef = component_field("metric", "modes", "sample-quality metric; drives the mixture ES")
     batch_size: int = Field(100, ge=1, description="samples per training batch")
     batches_per_generation: int = Field(
@@ -153,6 +157,7 @@ class GanProblem(AdversarialProblem[GanOptions]):
         self.dataset: Dataset[Any] = build(Dataset, options.data)
         self.networks: Networks[Any] = build(Networks, options.network)
         self.loss: Loss[Any] = build(Loss, options.loss)
+        self.augment: Augment[Any] = build(Augment, options.augment)
         self.metric: Metric[Any] = build(Metric, options.metric)  # validation scores
         self.test_metric: Metric[Any] = build(Metric, options.metric)  # its own real reference
         self.reference_note = ""  # which real samples each stream's reference uses (prepare_scoring)
@@ -170,6 +175,11 @@ class GanProblem(AdversarialProblem[GanOptions]):
                 f"problem.batch_size: {self.options.batch_size} exceeds the dataset's {len(self.data)} samples"
             )
         self.networks.check(self.data.sample_shape)
+        if not self.augment.identity and len(self.data.sample_shape) != 3:
+            raise UserError(
+                f"problem.augment: {self.options.augment.use} transforms images (C, H, W); the data's samples "
+                f"have shape {tuple(self.data.sample_shape)}"
+            )
         share = self.share()
         if share < self.options.batch_size:
             raise UserError(
@@ -261,6 +271,7 @@ class GanProblem(AdversarialProblem[GanOptions]):
             "sample_shape": list(self.source.sample_shape),
             "network": self.options.network.use,
             "loss": self.options.loss.use,
+            **({} if self.augment.identity else {"augment": self.options.augment.use}),
             "metric": self.options.metric.use,
         }
         facts["score_samples"] = self.options.score_samples
@@ -341,6 +352,8 @@ class GanProblem(AdversarialProblem[GanOptions]):
         try:
             attacker.trainer.zero_grad(set_to_none=True)
             fake = attacker.network(z)
+            if not self.augment.identity:  # D sees augmented fakes; G's gradient flows through the transform
+                fake = self.augment(fake, generator=generator)
             if isinstance(defender, nn.Module):
                 fake_logits = defender(fake)
                 loss = self.loss.generator_loss(fake_logits, generator=generator)
@@ -363,6 +376,8 @@ class GanProblem(AdversarialProblem[GanOptions]):
         z = self.noise(real.shape[0], generator)
         with torch.no_grad():
             fake = defender(z)
+        if not self.augment.identity:
+            real, fake = self.augment(real, generator=generator), self.augment(fake, generator=generator)
         attacker.trainer.zero_grad(set_to_none=True)
         if self.joint_discriminator_batch(attacker.network):
             # One forward of twice the batch: fewer, larger matrix products (same arithmetic per sample).
@@ -393,6 +408,8 @@ class GanProblem(AdversarialProblem[GanOptions]):
 
         if self.options.clip_weights:
             return "problem.clip_weights: the stacked discriminator step does not clip weights"
+        if not self.augment.identity:
+            return f"problem.augment: the stacked steps do not augment ({self.options.augment.use} trains looped)"
         for role, individuals in (("generator", generators), ("discriminator", discriminators)):
             reason = unstackable(role, individuals, self.loss, hooks=hooks)
             if reason:
