@@ -326,6 +326,15 @@ def lookup(record: Mapping[str, Any], path: Sequence[str]) -> float:
     return float(value)
 
 
+def has(record: Mapping[str, Any], path: Sequence[str]) -> bool:
+    value: Any = record
+    for key in path:
+        if not isinstance(value, Mapping) or key not in value:
+            return False
+        value = value[key]
+    return True
+
+
 def groups(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, ...], list[Mapping[str, Any]]]:
     """Runs by (recipe, --set, base generations, configuration name): a run under each name it has."""
     out: dict[tuple[str, ...], list[Mapping[str, Any]]] = {}
@@ -354,6 +363,9 @@ def table(script: Script, records: Sequence[Mapping[str, Any]]) -> str:
         cells = [recipe, extra or "-", name, first["grid"], first["pairing"], str(first["selection"]).lower()]
         cells += [str(first["generations"]), seeds, commits]
         for column in script.columns:
+            if not all(has(r, column.path) for r in runs):  # a figure older logs did not record
+                cells.append("-")
+                continue
             values = [lookup(r, column.path) * column.scale for r in runs]
             cells.append(mean_sd(values, column.digits))
         lines.append("| " + " | ".join(cells) + " |")
