@@ -84,7 +84,7 @@ class DstOptions(StaticOptions):
     @model_validator(mode="before")
     @classmethod
     def _deprecated_switches(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "grown_moments" in data:
+        if isinstance(data, dict) and data.get("grown_moments") == "zero":  # "layer" is what it always does
             warn("sparsity.grown_moments")
         return data
 
