@@ -115,23 +115,27 @@ class AdversarialProblem(Problem[OptionsT]):
     # ------------------------------------------------------------------------------ variation = training
     def vary(self, job: Variation) -> Iterator[int]:
         _begin(job)
-        yield from _train(self, [job], RowByRow(self))
+        yield from _train(self, [job], RowByRow(self, job.members["generator"], job.members["discriminator"]))
 
     def together_obstacle(self, populations: Sequence[Mapping[Role, Sequence[Individual]]], *, hooks: bool) -> str:
         gens = [g for members in populations for g in members["generator"]]
         discs = [d for members in populations for d in members["discriminator"]]
-        probe = self.stacked_training(gens, discs, hooks=hooks or self.generator_decay > 0)
+        probe = self.stacked_training(gens, discs, hooks=self._views(hooks))
         if isinstance(probe, str):
             return probe
         probe.close()  # it trained nothing: closing gives the individuals their own tensors back, unchanged
         return ""
 
+    def _views(self, hooks: bool) -> bool:
+        """Whether stacked training must keep each individual's tensors as views of the stack: for a
+        sparsity controller's hooks, and for the moving average, which reads each generator's parameters."""
+        return hooks or self.generator_decay > 0
+
     def vary_together(self, jobs: Sequence[Variation]) -> None:
         gens = [g for job in jobs for g in job.members["generator"]]
         discs = [d for job in jobs for d in job.members["discriminator"]]
         started = time.perf_counter()
-        # the moving average reads each generator's own parameters: they must be views of the stack
-        stacked = self.stacked_training(gens, discs, hooks=jobs[0].sparsity is not None or self.generator_decay > 0)
+        stacked = self.stacked_training(gens, discs, hooks=self._views(jobs[0].sparsity is not None))
         if isinstance(stacked, str):  # the engine asked together_obstacle first: these individuals changed
             raise RuntimeError(f"cells trained together: {stacked}")
         try:
@@ -150,10 +154,10 @@ class RowByRow(StackedTraining):
     """The training backend that steps each individual on its own, through the problem's own
     ``generator_step`` and ``discriminator_step`` (the reference arithmetic)."""
 
-    def __init__(self, problem: AdversarialProblem[Any]) -> None:
-        self.problem = problem
-        self.generators: list[Individual] = []
-        self.discriminators: list[Individual] = []
+    def __init__(
+        self, problem: AdversarialProblem[Any], generators: Sequence[Individual], discriminators: Sequence[Individual]
+    ) -> None:
+        self.problem, self.generators, self.discriminators = problem, generators, discriminators
 
     def generator_step(
         self, faced: Sequence[Faced], real: Sequence[torch.Tensor], generators: Sequence[torch.Generator]
@@ -192,8 +196,6 @@ def _train(
     pairing, mutate, sparsity = jobs[0].pairing, jobs[0].mutation.mutate, jobs[0].sparsity
     gens = [g for job in jobs for g in job.members["generator"]]
     discs = [d for job in jobs for d in job.members["discriminator"]]
-    if isinstance(backend, RowByRow):
-        backend.generators, backend.discriminators = gens, discs
     batches = [problem.training_batches(generator=job.rnd.torch, cell=job.cell_index) for job in jobs]
     step = 0
     while True:

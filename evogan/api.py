@@ -233,6 +233,11 @@ class SparsityController(Component[OptionsT]):
     def check(self, individual: Individual) -> None:
         """A checkpointed individual was loaded: raise ``UserError`` if its sparse state does not fit."""
 
+    def conflict(self, problem: Problem[Any]) -> str:
+        """Why this controller cannot run with ``problem`` as configured (one line naming the keys; '' when
+        it can). Asked once, when the run's components are built."""
+        return ""
+
 
 # --------------------------------------------------------------------------------------------- problem
 class ComponentRegistry(Protocol):

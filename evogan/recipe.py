@@ -445,10 +445,6 @@ def validate(data: dict[str, Any], registries: Registries, *, path: Path = Path(
             vectorize_choice(fixed["run"].vectorize, device="", cells=0, obstacle=obstacle)
         except UserError as error:
             errors.append(f"{source}: {error}")
-    pairs = (("problem", "g_ema"), ("sparsity", "sema"))
-    averages = [getattr(choices[table].options, key, 0) for table, key in pairs if table in choices]
-    if len(averages) == 2 and all(averages):  # one moving average per generator
-        errors.append(f"{source}: problem.g_ema: sparsity.sema already averages the generator (with its masks)")
     if errors:
         raise RecipeError(errors)
     return Recipe(

@@ -104,6 +104,9 @@ def build_settings(
         if problem.roles != ROLES:  # masks and the balance ratio speak of a generator and a discriminator
             raise UserError(f"{recipe.path}: sparsity: problem {problem.name} has no {' and '.join(ROLES)}")
         sparsity = choices["sparsity"].create(SparsityController)
+        conflict = sparsity.conflict(problem)
+        if conflict:
+            raise UserError(f"{recipe.path}: {conflict}")
     if "pairing" not in choices:  # no [pairing] table and no registered default (its plugin blocked)
         raise UserError(f"{recipe.path}: pairing: required table is missing (no default pairing registered)")
     return CellSettings(

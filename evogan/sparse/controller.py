@@ -227,6 +227,11 @@ class MaskedController(SparsityController[StaticOptions]):
     def check(self, individual: Individual) -> None:
         _state.validate_sparse_state(individual, controller=self.name)
 
+    def conflict(self, problem: Problem[Any]) -> str:
+        if self.opts.sema and getattr(problem, "generator_decay", 0):  # one moving average per generator
+            return "problem.g_ema: sparsity.sema already averages the generator (with its masks)"
+        return ""
+
     def evaluation_network(self, individual: Individual) -> nn.Module:
         """The SEMA copy of a generator when ``sema`` is on (and the individual has one), else its network."""
         average = individual.sparse.get("sema") if self.opts.sema else None
