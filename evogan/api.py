@@ -264,6 +264,8 @@ class ProblemContext:
         (a ``ComponentRef`` of the recipe, validated with it): the one way a problem reaches other
         components.
     :param source: the engine's registries, behind :attr:`registries` (deprecated).
+    :param precision: ``run.precision`` (``fp32``, ``bf16``, ``fp16``), already checked against ``device``:
+        the arithmetic of the problem's forwards (:class:`evogan.precision.Precision`).
     """
 
     build: Callable[[type[Any], Any], Any]
@@ -272,6 +274,7 @@ class ProblemContext:
     run_dir: Path | None = None
     recipe_path: Path | None = None
     source: ComponentRegistries | None = field(default=None, repr=False)
+    precision: str = "fp32"
 
     @property
     def registries(self) -> ComponentRegistries:

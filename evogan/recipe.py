@@ -23,6 +23,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 
 from evogan.api import Component, ComponentOptions, ComponentRegistries, ConnectableTransport
 from evogan.errors import RecipeError, UserError
+from evogan.precision import PrecisionName
 from evogan.registry import Registries
 
 
@@ -67,6 +68,12 @@ class RunSection(_Table):
         "records agree with the looped path within float tolerance. auto: looped everywhere until "
         "`make gpu-check` has passed on a GPU (then on CUDA where supported; the CPU stays looped, "
         "bitwise equal for any number of cells per process); true: vectorised, an error where it cannot be",
+    )
+    precision: PrecisionName = Field(
+        "fp32",
+        description="the arithmetic of training, fitness and scoring forwards: fp32, or autocast to bf16 "
+        "(CUDA from compute capability 8.0; CPUs with bf16 units) or fp16 (CUDA, with a loss scale); "
+        "weights, optimizer state, losses and metrics stay fp32",
     )
     keep_checkpoints: int = Field(
         3, ge=1, description="checkpoints kept per cell (the newest ones); resume picks the newest all cells share"
@@ -347,6 +354,8 @@ class Recipe:
         data = copy.deepcopy(self.data)
         for key in OPERATIONAL_KEYS:
             data.get("run", {}).pop(key, None)
+        if data.get("run", {}).get("precision") == "fp32":  # the default, written out: the same numbers
+            del data["run"]["precision"]
         mixture = data.get("mixture", {})
         if "optimize" in mixture:  # after training: changes no number of the run itself
             del mixture["optimize"]

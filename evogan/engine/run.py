@@ -17,6 +17,7 @@ from typing import Any
 import pluggy
 import torch
 
+from evogan import precision
 from evogan.api import (
     ROLES,
     Mutation,
@@ -83,10 +84,15 @@ def build_settings(
     device: torch.device,
     *,
     scoring: bool = True,
+    precision_on: torch.device | None = None,
 ) -> CellSettings:
     """Instantiate the recipe's components; the problem loads its data here (UserError if missing) and,
-    unless ``scoring`` is off (a run loaded to sample from), prepares its metric."""
+    unless ``scoring`` is off (a run loaded to sample from), prepares its metric. ``run.precision`` must
+    suit ``precision_on`` (default ``device``; the launcher builds on the CPU for workers that may not)."""
     choices = recipe.choices
+    unsupported = precision.unsupported(recipe.run.precision, precision_on or device)
+    if unsupported:
+        raise UserError(f"{recipe.path}: run.precision: {unsupported}")
     context = ProblemContext(
         build=partial(build_nested, registries),
         source=registries,
@@ -94,6 +100,7 @@ def build_settings(
         seed=recipe.run.seed,
         run_dir=run_dir.path if run_dir else None,
         recipe_path=recipe.path,
+        precision=recipe.run.precision,
     )
     problem = choices["problem"].create(Problem, context)
     problem.setup()

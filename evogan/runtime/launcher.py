@@ -32,7 +32,7 @@ import torch
 from rich.console import Console
 
 from evogan import recipe as recipes
-from evogan.engine.run import RunInfo, build_settings, build_topology
+from evogan.engine.run import RunInfo, build_settings, build_topology, pick_device
 from evogan.engine.rundir import METRICS_FILE, SUMMARY_FILE, TIMINGS_FILE, RunDirectory, atomic_write
 from evogan.errors import RunFailure, UserError
 from evogan.plugins import BLOCK_ENV, make_plugin_manager
@@ -73,7 +73,9 @@ def check_launch(prepared: PreparedRun, world: int | None = None) -> int:
     check_devices(recipe.run.device, recipe.run.workers)
     recipes.transport_choice(recipe, prepared.registries, processes=max(2, world or recipe.run.workers))
     # Data, network and metric problems (missing files, image sizes) are found here, not in N workers.
-    build_settings(recipe, prepared.registries, None, torch.device("cpu"))
+    build_settings(
+        recipe, prepared.registries, None, torch.device("cpu"), precision_on=pick_device(recipe.run.device)
+    )
     return cells
 
 

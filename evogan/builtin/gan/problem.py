@@ -36,6 +36,7 @@ from evogan.builtin.gan.schedule import CriticSchedule
 from evogan.errors import UserError
 from evogan.individual import Individual
 from evogan.lazy import lazy
+from evogan.precision import Precision
 from evogan.recipe import ComponentRef, component_field
 
 if TYPE_CHECKING:
@@ -162,6 +163,7 @@ class GanProblem(AdversarialProblem[GanOptions]):
         self.test_metric: Metric[Any] = build(Metric, options.metric)  # its own real reference
         self.reference_note = ""  # which real samples each stream's reference uses (prepare_scoring)
         self.device = context.device
+        self.precision = Precision(context.precision, context.device.type)  # forwards' arithmetic
         self.data: DataSource | None = None
         self._cell_data: dict[int, DataSource] = {}  # each cell's share under data dieting
         self._joint_d: bool | None = None  # decided from the first discriminator (all share one architecture)
@@ -351,20 +353,20 @@ class GanProblem(AdversarialProblem[GanOptions]):
             network.requires_grad_(False)  # the defenders' gradients are not needed: skip computing them
         try:
             attacker.trainer.zero_grad(set_to_none=True)
-            fake = attacker.network(z)
-            if not self.augment.identity:  # D sees augmented fakes; G's gradient flows through the transform
-                fake = self.augment(fake, generator=generator)
+            with self.precision.autocast():  # the forwards; losses on float32 logits (.float(): fp32 no-op)
+                fake = attacker.network(z)
+                if not self.augment.identity:  # D sees augmented fakes; G's gradient flows through the transform
+                    fake = self.augment(fake, generator=generator)
+                # one generator forward, one discriminator forward per defender, on the same fakes
+                all_logits = [network(fake).float() for network, _ in weighted]
+            fake_logits = all_logits[0]
             if isinstance(defender, nn.Module):
-                fake_logits = defender(fake)
                 loss = self.loss.generator_loss(fake_logits, generator=generator)
-            else:  # one generator forward, one discriminator forward per defender, on the same fakes
-                all_logits = [network(fake) for network, _ in weighted]
-                fake_logits = all_logits[0]
+            else:
                 loss = torch.zeros((), device=fake.device)
                 for (_, weight), logits in zip(weighted, all_logits, strict=True):
                     loss = loss + weight * self.loss.generator_loss(logits, generator=generator)
-            loss.backward()
-            attacker.trainer.step()
+            self.precision.step(attacker.trainer, loss)
         finally:
             for network, _ in weighted:
                 network.requires_grad_(True)
@@ -374,19 +376,19 @@ class GanProblem(AdversarialProblem[GanOptions]):
         self, attacker: Individual, defender: nn.Module, real: torch.Tensor, *, generator: torch.Generator
     ) -> None:
         z = self.noise(real.shape[0], generator)
-        with torch.no_grad():
-            fake = defender(z)
-        if not self.augment.identity:
-            real, fake = self.augment(real, generator=generator), self.augment(fake, generator=generator)
-        attacker.trainer.zero_grad(set_to_none=True)
-        if self.joint_discriminator_batch(attacker.network):
-            # One forward of twice the batch: fewer, larger matrix products (same arithmetic per sample).
-            real_logits, fake_logits = attacker.network(torch.cat((real, fake))).split(real.shape[0])
-        else:
-            real_logits, fake_logits = attacker.network(real), attacker.network(fake)
+        with self.precision.autocast():
+            with torch.no_grad():
+                fake = defender(z).to(real.dtype)
+            if not self.augment.identity:
+                real, fake = self.augment(real, generator=generator), self.augment(fake, generator=generator)
+            attacker.trainer.zero_grad(set_to_none=True)
+            if self.joint_discriminator_batch(attacker.network):
+                # One forward of twice the batch: fewer, larger matrix products (same arithmetic per sample).
+                real_logits, fake_logits = attacker.network(torch.cat((real, fake))).float().split(real.shape[0])
+            else:
+                real_logits, fake_logits = attacker.network(real).float(), attacker.network(fake).float()
         loss = self.loss.discriminator_loss(real_logits, fake_logits)
-        loss.backward()
-        attacker.trainer.step()
+        self.precision.step(attacker.trainer, loss)
         if self.options.clip_weights:  # WGAN keeps the critic Lipschitz by clipping its weights
             with torch.no_grad():
                 for parameter in attacker.network.parameters():
@@ -404,14 +406,18 @@ class GanProblem(AdversarialProblem[GanOptions]):
     def stacked_training(
         self, generators: Sequence[Individual], discriminators: Sequence[Individual], *, hooks: bool = False
     ) -> StackedTraining | str:
-        from evogan.builtin.gan.stacked import StackedGan, unstackable
+        from evogan.builtin.gan.stacked import StackedGan, unautocast, unstackable
 
         if self.options.clip_weights:
             return "problem.clip_weights: the stacked discriminator step does not clip weights"
         if not self.augment.identity:
             return f"problem.augment: the stacked steps do not augment ({self.options.augment.use} trains looped)"
+        if self.precision.scales_loss:
+            return f"run.precision: the stacked steps do not scale losses ({self.precision.name} trains looped)"
         for role, individuals in (("generator", generators), ("discriminator", discriminators)):
-            reason = unstackable(role, individuals, self.loss, hooks=hooks)
+            reason = unstackable(role, individuals, self.loss, hooks=hooks) or unautocast(
+                role, individuals[0].network, self.precision
+            )
             if reason:
                 return reason
         return StackedGan(self, generators, discriminators, hooks=hooks)
@@ -419,10 +425,14 @@ class GanProblem(AdversarialProblem[GanOptions]):
     def stacked_fitness(
         self, generators: Sequence[nn.Module], discriminators: Sequence[nn.Module]
     ) -> StackedFitness | str:
-        from evogan.builtin.gan.stacked_fitness import StackedGanFitness, fitness_unstackable
+        from evogan.builtin.gan.stacked import unautocast
+        from evogan.builtin.gan.stacked_fitness import STACK_ROWS, StackedGanFitness, fitness_unstackable
 
+        rows = STACK_ROWS.get(self.device.type, True)  # else network by network, autocast as looped
         for role, networks in (("generator", generators), ("discriminator", discriminators)):
             reason = fitness_unstackable(role, networks)
+            if not reason and rows:
+                reason = unautocast(role, networks[0], self.precision)
             if reason:
                 return reason
         return StackedGanFitness(self, generators, discriminators)
@@ -430,8 +440,8 @@ class GanProblem(AdversarialProblem[GanOptions]):
     def discriminator_logits(
         self, discriminator: nn.Module, generator_net: nn.Module, z: torch.Tensor, real: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        with torch.no_grad():
-            return discriminator(generator_net(z)), discriminator(real)
+        with torch.no_grad(), self.precision.autocast():
+            return discriminator(generator_net(z)).float(), discriminator(real).float()
 
     # -------------------------------------------------------------------------------- ensembles
     def _mixture_draw(
@@ -459,8 +469,8 @@ class GanProblem(AdversarialProblem[GanOptions]):
     ) -> torch.Tensor:
         """``n`` samples from the weighted ensemble (Lipizzaner's exact proportion or multinomial)."""
         chunks, owners, order = self._mixture_draw(weights, n, generator)
-        with evaluating(*generators):
-            samples = torch.cat([generators[owner](z) for z, owner in zip(chunks, owners, strict=True)])
+        with evaluating(*generators), self.precision.autocast():
+            samples = torch.cat([generators[owner](z).float() for z, owner in zip(chunks, owners, strict=True)])
         return samples[order.to(samples.device)]
 
     def sampler(self, generators: Sequence[nn.Module], weights: Sequence[float]) -> Sampler:

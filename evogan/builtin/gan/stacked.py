@@ -18,17 +18,22 @@ from torch.func import functional_call, vmap
 
 from evogan.api import Faced, GeneratorStep, Loss, StackedTraining
 from evogan.individual import Individual
+from evogan.precision import Precision
 
 Params = dict[str, torch.Tensor]
 
 
 class GanSteps(Protocol):
     """What the stacked steps and fitness use of the GAN problem
-    (:class:`~evogan.builtin.gan.problem.GanProblem`): its noise, its loss and how its discriminator steps
-    batch real and fake. A protocol, as the problem's module imports these modules to make them."""
+    (:class:`~evogan.builtin.gan.problem.GanProblem`): its noise, its loss, the precision of its forwards
+    and how its discriminator steps batch real and fake. A protocol, as the problem's module imports these
+    modules to make them."""
 
     @property
     def loss(self) -> Loss[Any]: ...
+
+    @property
+    def precision(self) -> Precision: ...
 
     def noise(self, n: int, generator: torch.Generator) -> torch.Tensor: ...
 
@@ -95,6 +100,15 @@ def unstackable(role: str, individuals: Sequence[Individual], loss: Loss, *, hoo
         ):
             return f"the {role} optimizers differ"
     return ""
+
+
+def unautocast(role: str, network: nn.Module, precision: Precision) -> str:
+    """Why ``network``'s stacked forward would not run in ``precision`` ('' when it would): a chain of linear
+    layers runs as batched products, which autocast casts; other networks run under ``vmap``, whose
+    convolutions and linear layers autocast leaves in fp32 on the CPU (torch 2.14), so they train looped."""
+    if precision.name == "fp32" or (linear_plan(network) is not None and not any(True for _ in network.buffers())):
+        return ""
+    return f"run.precision: the {role} networks' stacked forward (vmap) does not autocast to {precision.name}"
 
 
 def shared_by_attackers(discriminators: Sequence[Individual]) -> bool:
@@ -422,9 +436,10 @@ class StackedGan(StackedTraining):
         )
 
     def _facing(self, opposed: Opposed, fake: torch.Tensor) -> torch.Tensor:
-        logits = self.forward_d(opposed.params, opposed.buffers, fake)
+        with self.problem.precision.autocast():
+            logits = self.forward_d(opposed.params, opposed.buffers, fake)
         opposed.commit(self.d.momenta)
-        return logits
+        return logits.float()  # the losses' input (a no-op in fp32)
 
     def _noise(self, real: Sequence[torch.Tensor], generators: Sequence[torch.Generator]) -> torch.Tensor:
         return torch.stack([self.problem.noise(r.shape[0], g) for r, g in zip(real, generators, strict=True)])
@@ -434,7 +449,8 @@ class StackedGan(StackedTraining):
     ) -> list[GeneratorStep]:
         z = self._noise(real, generators)
         loss_fn = self.problem.loss.generator_loss
-        fake = self.forward_g(self.g.params, self.g.buffers, z)
+        with self.problem.precision.autocast():
+            fake = self.forward_g(self.g.params, self.g.buffers, z)
         width = max(len(f) for f in faced)
         if width == 1:  # one opponent each: the plain loss, as the looped path computes it
             logits = first = self._facing(self._opponents(self.d, [f[0][0] for f in faced]), fake)
@@ -460,20 +476,22 @@ class StackedGan(StackedTraining):
         self, defenders: Sequence[Individual], real: Sequence[torch.Tensor], generators: Sequence[torch.Generator]
     ) -> None:
         z = self._noise(real, generators)
+        batch = torch.stack(list(real))
         with torch.no_grad():
             opposed = self._opponents(self.g, defenders)
-            fake = self.forward_g(opposed.params, opposed.buffers, z)
+            with self.problem.precision.autocast():
+                fake = self.forward_g(opposed.params, opposed.buffers, z).to(batch.dtype)
             opposed.commit(self.g.momenta)
-        batch = torch.stack(list(real))
         params, buffers, forward = self.d.params, self.d.buffers, self.forward_d
-        if self.joint:
-            real_logits, fake_logits = forward(params, buffers, torch.cat((batch, fake), dim=1)).split(
-                batch.shape[1], dim=1
-            )
-        else:  # real first, then fake: the order in which the looped path updates running statistics
-            real_logits = forward(params, buffers, batch)
-            fake_logits = forward(params, buffers, fake)
-        losses = rowwise(self.problem.loss.discriminator_loss, real_logits, fake_logits)
+        with self.problem.precision.autocast():
+            if self.joint:
+                real_logits, fake_logits = forward(params, buffers, torch.cat((batch, fake), dim=1)).split(
+                    batch.shape[1], dim=1
+                )
+            else:  # real first, then fake: the order in which the looped path updates running statistics
+                real_logits = forward(params, buffers, batch)
+                fake_logits = forward(params, buffers, fake)
+        losses = rowwise(self.problem.loss.discriminator_loss, real_logits.float(), fake_logits.float())
         grads = torch.autograd.grad(losses.sum(), [self.d.params[n] for n in self.d.names])
         self.d.adam(grads)
 
@@ -492,5 +510,6 @@ __all__ = [
     "momenta",
     "run_plan",
     "signature",
+    "unautocast",
     "unstackable",
 ]

@@ -114,23 +114,24 @@ def all_vs_all(
     missing = [d for d in discriminators if d not in memo] if score_d else []  # D(real): the D loss only
     with evaluating(*generators, *discriminators):
         logits: Sequence[Sequence[torch.Tensor]]
-        if stacked:
-            sample = real[0].numel()
-            fakes = run_stacked(generators, z, max(sample, z[0].numel()))  # (G, samples, ...)
-            every = fakes.reshape(-1, *fakes.shape[2:])  # all generators' fakes as one batch
-            logits = run_stacked(discriminators, every, sample).unflatten(1, fakes.shape[:2])  # (D, G, ...)
-            if missing:
-                memo.update(zip(missing, run_stacked(missing, real, sample), strict=True))
-        else:
-            fake_list = [g(z) for g in generators]
-            memo.update((d, d(real)) for d in missing)
-            logits = [[d(fake) for fake in fake_list] for d in discriminators]
-        for j, d in enumerate(discriminators):
+        with problem.precision.autocast():
+            if stacked:
+                sample = real[0].numel()
+                fakes = run_stacked(generators, z, max(sample, z[0].numel()))  # (G, samples, ...)
+                every = fakes.reshape(-1, *fakes.shape[2:])  # all generators' fakes as one batch
+                logits = run_stacked(discriminators, every, sample).unflatten(1, fakes.shape[:2])  # (D, G, ...)
+                if missing:
+                    memo.update(zip(missing, run_stacked(missing, real, sample).float(), strict=True))
+            else:
+                fake_list = [g(z) for g in generators]
+                memo.update((d, d(real).float()) for d in missing)
+                logits = [[d(fake) for fake in fake_list] for d in discriminators]
+        for j, d in enumerate(discriminators):  # losses on float32 logits (.float(): a no-op in fp32)
             for i in range(len(generators)):
                 if score_g:
-                    g_loss[i, j] = loss.generator_loss(logits[j][i])
+                    g_loss[i, j] = loss.generator_loss(logits[j][i].float())
                 if score_d:
-                    d_loss[j, i] = loss.discriminator_loss(memo[d], logits[j][i])
+                    d_loss[j, i] = loss.discriminator_loss(memo[d], logits[j][i].float())
     return g_loss, d_loss
 
 
