@@ -19,7 +19,9 @@ launch-bound) and ``mnist`` (the paper's MNIST MLPs on the demo digits, batch 10
     nice -n 5 .venv/bin/python benchmarks/vectorized.py --sparsity adapt-relax --cells 1 4 9 --threads 1
 
 ``--sparsity NAME`` (or an inline table, ``'{use="rigl", g_interval=20}'``) trains sparse cells with that
-controller at its defaults: its hooks run per individual after every step in both paths.
+controller at its defaults: its hooks run per individual after every step in both paths. ``--precision``
+sets ``run.precision`` (issue 27); fp16 trains looped only (the stacked steps do not scale losses), so its
+vectorised columns read nan.
     .venv/bin/python benchmarks/vectorized.py --device cuda --workload mnist --cells 1 4 9 16 --threads 0
     nice -n 15 .venv/bin/python benchmarks/vectorized.py --cells 4 9 --threads 1 --pairwise-fitness
 """
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import sys
@@ -83,6 +86,7 @@ def measure(cells: int, vectorize: bool, threads: int, args: argparse.Namespace,
         f"run.threads={threads}",
         f"run.device={json.dumps(args.device)}",
         f"run.vectorize={'true' if vectorize else 'false'}",
+        f"run.precision={json.dumps(args.precision)}",
         "run.samples_every=0",
         "run.checkpoint_every=0",
         f"run.output_dir={json.dumps(str(output))}",
@@ -116,11 +120,14 @@ def main() -> None:
     parser.add_argument("--pairwise-fitness", action="store_true", help="also vectorised, fitness pair by pair")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--sparsity", default="", help="a controller's name or inline table (default: dense)")
+    parser.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32", help="run.precision")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
+    variants = (False,) if args.precision == "fp16" else (False, True)  # fp16 trains looped
     output = Path(tempfile.mkdtemp(prefix="evogan-vectorized-"))
     print(f"workload {args.workload}, device {args.device}, {args.batches} batches per generation, "
-          f"{args.rounds} interleaved rounds (medians), sparsity {args.sparsity or 'dense'}")
+          f"{args.rounds} interleaved rounds (medians), sparsity {args.sparsity or 'dense'}, "
+          f"precision {args.precision}")
     print("| cells | threads | looped cell-gen/s | vectorised cell-gen/s | speed-up | training only: speed-up | load |")
     print("|---|---|---|---|---|---|---|")
     results = []
@@ -130,18 +137,18 @@ def main() -> None:
             rounds: dict[bool, list[dict[str, Any]]] = {False: [], True: []}
             pairwise: list[dict[str, Any]] = []
             for _ in range(args.rounds):
-                for vectorize in (False, True):
+                for vectorize in variants:
                     rounds[vectorize].append(measure(cells, vectorize, threads, args, output))
                 if args.pairwise_fitness:
                     with pairwise_fitness():
                         pairwise.append(measure(cells, True, threads, args, output))
             looped, vectorised = (
-                {key: statistics.median(r[key] for r in rounds[v]) for key in KEYS}
+                {key: statistics.median(r[key] for r in rounds[v]) if rounds[v] else math.nan for key in KEYS}
                 for v in (False, True)
             )
             row = {
                 "cells": cells, "threads": threads, "device": args.device, "workload": args.workload,
-                "sparsity": args.sparsity or "dense",
+                "sparsity": args.sparsity or "dense", "precision": args.precision,
                 "looped": looped, "vectorised": vectorised, "rounds": {str(k): v for k, v in rounds.items()},
                 "speedup": vectorised["per_s"] / looped["per_s"],
                 "training_speedup": vectorised["training_per_s"] / looped["training_per_s"],

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU check (`make gpu-check`): the gpu-marked tests, then the vectorised-cells tables on CUDA.
-# Budget: under 8 minutes on one GPU (tests about 3, tables about 3). Output goes to stdout and to
+# Budget: under 8 minutes on one GPU (tests about 3, tables about 4). Output goes to stdout and to
 # gpu-check.log. The last line is the verdict, the one line to copy into benchmarks/RESULTS.md ("GPU check")
 # with the tables:
 #   gpu-check: PASS on <device> (torch <v>, CUDA <v>) <UTC date>
@@ -45,7 +45,7 @@ step() {  # NAME COMMAND...: run one step; a non-zero exit is remembered for the
 tests_out=$(mktemp)
 trap 'rm -f "$tests_out"' EXIT
 step "gpu-marked tests" timeout 300 "$PYTHON" -m pytest -m gpu -q -rs -p no:cacheprovider \
-    tests/test_gpu.py tests/test_stacked_fitness.py --junitxml="$tests_out"
+    tests/test_gpu.py tests/test_stacked_fitness.py tests/test_precision.py --junitxml="$tests_out"
 # A PASS means every gpu-marked test ran: one skipped on a GPU machine is a failure of the check.
 if grep -q '<skipped' "$tests_out"; then
     failed+=("gpu-marked tests skipped some")
@@ -56,6 +56,13 @@ step "vectorised cells on cuda: toy (2-D ring, 64-128-128 MLPs), 50 batches per 
 step "vectorised cells on cuda: MNIST MLPs (the paper's), 50 batches per generation" \
     timeout 150 "$PYTHON" benchmarks/vectorized.py --device cuda --workload mnist --threads 0 --rounds 1 \
     --cells 1 4 9 16 --generations 2 --batches 50
+# Mixed precision (issue 27): the MNIST MLPs in bf16 (looped against vectorised) and fp16 (looped only),
+# beside the fp32 rows above.
+for precision in bf16 fp16; do
+    step "mixed precision on cuda: MNIST MLPs in $precision, 50 batches per generation" \
+        timeout 90 "$PYTHON" benchmarks/vectorized.py --device cuda --workload mnist --threads 0 --rounds 1 \
+        --cells 1 4 16 --generations 2 --batches 50 --precision "$precision"
+done
 
 if [ ${#failed[@]} -eq 0 ]; then
     echo "gpu-check: PASS on $device ($versions) $(stamp)"
