@@ -4,6 +4,7 @@ here, though a run refuses fp16 there)."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Iterator
 from pathlib import Path
@@ -86,7 +87,7 @@ def test_fp32_records_are_those_of_a_run_without_the_key(tiny_recipe) -> None:
     without = run(path)
     written = run(path, 'run.precision="fp32"')
     assert (without / "metrics.jsonl").read_bytes() == (written / "metrics.jsonl").read_bytes()
-    assert Precision().autocast is not None and not Precision().scales_loss
+    assert Precision().autocast is contextlib.nullcontext and not Precision().scales_loss  # no autocast at all
 
 
 # ------------------------------------------------------------------------------------------ bf16
