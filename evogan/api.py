@@ -420,6 +420,19 @@ class Problem(Component[OptionsT]):
         """The optimizer of a gradient-trained individual; None (the default) for one varied without."""
         return None
 
+    def extra_layout(self, role: Role) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
+        """What the problem may keep in an individual's ``extra`` (:class:`~evogan.individual.Individual`):
+        name -> dtype and shape. The engine checkpoints, copies and sends those tensors with the weights
+        and drops a neighbour's message whose ``extra`` is not this layout (all of it, or nothing). None
+        by default."""
+        return {}
+
+    def individual_metrics(self, individual: Individual) -> dict[str, float]:
+        """Numbers about one individual (from its ``extra``) for the records: each generation's record
+        holds them for every role's best under ``individual_metrics``, each name prefixed with the role's
+        key (a GAN discriminator's ``aug_p`` as ``d_aug_p``). None by default."""
+        return {}
+
     def fitness_batch(self, *, generator: torch.Generator, cell: int = 0) -> Any:
         """What one generation's fitness games of ``cell`` share (a GAN's real samples); None by default."""
         return None
