@@ -88,7 +88,9 @@ class AdversarialProblem(Problem[OptionsT]):
     ) -> GeneratorStep:
         """One optimizer step of ``attacker`` against one discriminator, or against several: then the
         loss is the weighted sum over ``(network, weight)`` pairs on the same batch and noise, and
-        ``fake_logits_pre`` comes from the first pair's network."""
+        ``fake_logits_pre`` comes from the first pair's network. Where one of the discriminators carries
+        ``extra`` state, the call also passes ``defenders=``, their individuals in the same order (a
+        problem that keeps no ``extra`` never receives it)."""
         raise NotImplementedError
 
     @abc.abstractmethod
@@ -166,7 +168,9 @@ class RowByRow(StackedTraining):
         for g, chosen, batch, stream in zip(self.generators, faced, real, generators, strict=True):
             # One opponent keeps the plain call (and its exact arithmetic); several are weighted.
             defence = chosen[0][0].network if len(chosen) == 1 else [(d.network, w) for d, w in chosen]
-            infos.append(self.problem.generator_step(g, defence, batch, generator=stream))
+            # their own state (an augmentation probability), passed only where one has any
+            extra = {"defenders": [d for d, _ in chosen]} if any(d.extra for d, _ in chosen) else {}
+            infos.append(self.problem.generator_step(g, defence, batch, generator=stream, **extra))
         return infos
 
     def discriminator_step(

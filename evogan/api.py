@@ -423,6 +423,19 @@ class Problem(Component[OptionsT]):
         """The optimizer of a gradient-trained individual; None (the default) for one varied without."""
         return None
 
+    def extra_layout(self, role: Role) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
+        """What the problem may keep in an individual's ``extra`` (:class:`~evogan.individual.Individual`):
+        name -> dtype and shape. The engine checkpoints, copies and sends those tensors with the weights
+        and drops a neighbour's message whose ``extra`` is not this layout (all of it, or nothing). None
+        by default."""
+        return {}
+
+    def individual_metrics(self, individual: Individual) -> dict[str, float]:
+        """Numbers about one individual (from its ``extra``) for the records: each generation's record
+        holds them for every role's best under ``individual_metrics``, each name prefixed with the role's
+        key (a GAN discriminator's ``aug_p`` as ``d_aug_p``). None by default."""
+        return {}
+
     def fitness_batch(self, *, generator: torch.Generator, cell: int = 0) -> Any:
         """What one generation's fitness games of ``cell`` share (a GAN's real samples); None by default."""
         return None
@@ -654,16 +667,37 @@ class Loss(Component[OptionsT]):
 
 class Augment(Component[OptionsT]):
     """Differentiable augmentation of every discriminator input in training, real and fake alike (a GAN
-    problem's ``[problem.augment]``); drawn from the stream it is given, so runs stay reproducible."""
+    problem's ``[problem.augment]``); drawn from the stream it is given, so runs stay reproducible.
+
+    How many numbers a call draws must depend on the batch's shape only (the stacked steps draw a shared
+    stream's numbers in the looped order by it). An ``adaptive`` augmentation is steered by a state each
+    discriminator carries (ADA's probability): :meth:`start` makes it, :meth:`observe` updates it after
+    each of the discriminator's steps, and every call for that discriminator's inputs receives it."""
 
     kind: ClassVar[str] = "augment"
     hook: ClassVar[str] = "evogan_register_augments"
     identity: ClassVar[bool] = False  # True: changes nothing and draws nothing (the default)
+    adaptive: ClassVar[bool] = False  # True: steered by each discriminator's own state
 
     @abc.abstractmethod
-    def __call__(self, images: torch.Tensor, *, generator: torch.Generator) -> torch.Tensor:
-        """The batch ``images`` (N, C, H, W), each sample transformed on its own."""
+    def __call__(
+        self, images: torch.Tensor, *, generator: torch.Generator, state: Mapping[str, torch.Tensor] | None = None
+    ) -> torch.Tensor:
+        """The batch ``images`` (N, C, H, W), each sample transformed on its own; ``state``: the
+        discriminator's (adaptive augmentations; None: one that has not trained yet, or not adaptive)."""
         raise NotImplementedError
+
+    def start(self) -> dict[str, torch.Tensor]:
+        """A new discriminator's state: names unique to the augmentation -> CPU tensors (adaptive only)."""
+        return {}
+
+    def observe(self, state: dict[str, torch.Tensor], real_logits: torch.Tensor) -> None:
+        """Update ``state`` in place after one step of its discriminator, which gave ``real_logits`` on
+        its augmented real batch (adaptive only)."""
+
+    def metrics(self, state: Mapping[str, torch.Tensor] | None) -> dict[str, float]:
+        """What the records show of a discriminator's state (None: not started); none by default."""
+        return {}
 
 
 class Metric(Component[OptionsT]):

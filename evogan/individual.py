@@ -45,6 +45,9 @@ class Individual:
     :param origin: the cell the individual was created or last trained in.
     :param sparse: masks and sparsity-controller state; copied together with the weights.
     :param average: the moving average of the weights that evaluation uses (``problem.g_ema``), or None.
+    :param extra: the problem's own tensors about this individual (a discriminator's augmentation
+        probability, :meth:`evogan.api.Problem.extra_layout`): checkpointed, copied by selection and sent
+        with the weights, like them.
     """
 
     role: Role
@@ -56,6 +59,7 @@ class Individual:
     fitness: LossFitness = field(default_factory=LossFitness)
     sparse: dict[str, Any] = field(default_factory=dict)
     average: dict[str, torch.Tensor] | None = None
+    extra: dict[str, torch.Tensor] = field(default_factory=dict)
 
     @property
     def learning_rate(self) -> float:
@@ -96,6 +100,7 @@ class Individual:
             uid=self.uid,
             sparse=copy.deepcopy(self.sparse),
             average=copy.deepcopy(self.average),
+            extra=copy.deepcopy(self.extra),
         )
 
     def state(self) -> dict[str, Any]:
@@ -110,6 +115,7 @@ class Individual:
             "optimizer": None if self.optimizer is None else self.optimizer.state_dict(),
             "sparse": self.sparse,
             "average": self.average,
+            "extra": self.extra,
         }
 
     @classmethod
@@ -131,6 +137,7 @@ class Individual:
             uid=state["uid"],
             sparse=state["sparse"],
             average=state.get("average"),  # absent from checkpoints before 0.3
+            extra=dict(state.get("extra") or {}),
         )
         if state["fitness"]:
             individual.fitness.values = tuple(state["fitness"])

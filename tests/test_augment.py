@@ -95,10 +95,6 @@ def test_a_run_with_diffaugment_is_reproducible_and_trains_differently(tiny_reci
     ("sets", "message"),
     [
         (('problem.augment={use="diffaugment"}',), "problem.augment: diffaugment transforms images (C, H, W)"),
-        (
-            (*IMAGES, 'problem.augment={use="diffaugment"}', "run.vectorize=true"),
-            "run.vectorize: true, but problem.augment: the stacked steps do not augment",
-        ),
         (('problem.augment={use="diffaugment", translation=0.9}',), "problem.augment.translation: "),
     ],
 )

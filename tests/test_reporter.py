@@ -114,3 +114,16 @@ def test_the_table_names_the_roles_the_problem_declares() -> None:
         "mean_over_cells": {"mixture": {"sorted": 0.5}, "host": {"sorted": 0.25}},
     }
     assert summary_lines(summary)[0] == "mean over cells, test: mixture sorted=0.5; best host alone sorted=0.25"
+
+
+def test_the_problems_numbers_about_its_best_individuals_get_columns_and_plain_fields() -> None:
+    reporter = reporter_with_rows()
+    for row in reporter.rows.values():
+        row["individual_metrics"] = {"d_aug_p": 0.125}
+    lines = plain(reporter.table(), 160)
+    assert "d_aug_p" in lines[0].split() and "0.125" in lines[1].split()
+    console = Console(file=io.StringIO(), width=200)
+    TerminalReporter(console, "plain").evogan_generation_end(
+        run=Run(), cell=0, generation=1, record=reporter.rows[0]  # type: ignore[arg-type]
+    )
+    assert "d_aug_p=0.125" in console.file.getvalue()  # type: ignore[attr-defined]

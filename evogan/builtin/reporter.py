@@ -175,6 +175,7 @@ class TerminalReporter:
                 extra += f" peer_age={age}"
             roles = "".join(f"{k}={record[k]:.4f} " for k in record if k.endswith("_loss"))
             roles += "".join(f"{k}={record[k]:.3g} " for k in record if k.startswith("lr_"))
+            roles += "".join(f"{k}={v:.3g} " for k, v in (record.get("individual_metrics") or {}).items())
             self.console.print(
                 f"generation {generation}/{run.generations} cell {cell}: {roles}"
                 f"mixture_score={record['mixture_score']:.4f}{extra}",
@@ -210,7 +211,10 @@ class TerminalReporter:
         # the problem's per-role fields (a GAN's g_loss, lr_d...), named by its role keys
         losses = [k for k in first if k.endswith("_loss")]
         rates = [k for k in first if k.startswith("lr_")]
+        # and the problem's numbers about its best individuals (a discriminator's d_aug_p)
+        traits = list(first.get("individual_metrics") or {})
         role_columns = [f"{_label(k[: -len('_loss')])} loss" for k in losses] + [f"lr {_label(k[3:])}" for k in rates]
+        role_columns += traits
         columns = ["cell", "gen", *role_columns, "mixture score", "staleness"]
         at = 2 + len(role_columns)
         if sparse:
@@ -229,6 +233,7 @@ class TerminalReporter:
                 str(generation),
                 *(_number(row.get(k)) for k in losses),
                 *(f"{row[k]:.3g}" if k in row else "-" for k in rates),
+                *(_number((row.get("individual_metrics") or {}).get(k), 3) for k in traits),
                 _number(row["mixture_score"]),
                 str(staleness),
             ]

@@ -116,6 +116,7 @@ class Cell:
         )
         self._expected: Manifest | None = None
         self._parameters: set[str] | None = None
+        self._extras: Manifest | None = None
         self._training: Mapping[Role, list[Individual]] | None = None  # the individuals being varied now
         self._memo: dict[torch.nn.Module, Any] = {}  # this generation's per-network fitness outputs
         # vectorised cells: all-vs-all fitness through the problem's stacked_fitness where it can
@@ -195,6 +196,13 @@ class Cell:
             }
         return self._parameters
 
+    def _extra_manifest(self) -> Manifest:
+        """The problem's ``extra_layout`` of every role, named ``role/name`` as the manifest names tensors."""
+        if self._extras is None:
+            layouts = {role: self.problem.extra_layout(role) for role in self.roles}
+            self._extras = {f"{role}/{name}": kind for role, layout in layouts.items() for name, kind in layout.items()}
+        return self._extras
+
     def receive(
         self, messages: Mapping[int, Sequence[bytes | memoryview]], *, wanted: tuple[int, int] | None = None
     ) -> dict[int, dict[str, Any]]:
@@ -207,7 +215,9 @@ class Cell:
         accepted: dict[int, dict[str, Any]] = {}
         for peer, frames in messages.items():
             try:
-                message = self.codec.decode(peer, frames, self._expected_manifest(), self._parameter_names())
+                message = self.codec.decode(
+                    peer, frames, self._expected_manifest(), self._parameter_names(), self._extra_manifest()
+                )
             except MessageRejected as exc:
                 reason = str(exc).split(":")[0][:60]
                 self.exchange.dropped[reason] = self.exchange.dropped.get(reason, 0) + 1
@@ -245,6 +255,7 @@ class Cell:
             # The sender's masks and controller state travel with its weights (never fresh random masks).
             individual.sparse = sparse_state(model.sparse, model.masks) if model.sparse else {}
             individual.average = None if model.average is None else {k: v.clone() for k, v in model.average.items()}
+            individual.extra = {k: v.clone() for k, v in model.extra.items()}
             if model.fitness is not None:
                 individual.fitness.values = (model.fitness,)
 
@@ -525,6 +536,13 @@ class Cell:
         })
         if self.settings.sparsity is not None:
             record["sparsity"] = self.settings.sparsity.metrics(*(best[role] for role in self.roles))
+        metrics = {
+            f"{keys[role]}_{name}": value
+            for role in self.roles
+            for name, value in self.problem.individual_metrics(best[role]).items()
+        }
+        if metrics:  # records of a problem that reports none stay as they were
+            record["individual_metrics"] = metrics
         self.logbook.append(record)
 
     # -------------------------------------------------------------------------------- checkpoints

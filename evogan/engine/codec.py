@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -41,6 +41,7 @@ class Model:
     :param fitness: the sender's last loss (None: not evaluated yet, e.g. inside a generation).
     :param sparse: the sparsity controller's state without masks (None: dense).
     :param average: the moving average of the parameters (``problem.g_ema``), or None.
+    :param extra: the problem's own tensors about the individual (``Problem.extra_layout``).
     """
 
     weights: dict[str, torch.Tensor]
@@ -51,9 +52,11 @@ class Model:
     fitness: float | None
     sparse: dict[str, Any] | None
     average: dict[str, torch.Tensor] | None = None
+    extra: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 AVERAGE = "~average/"  # prefix of the moving-average tensors: ``~average/<role>/<parameter>``
+EXTRA = "~extra/"  # prefix of the problem's own tensors about an individual: ``~extra/<role>/<name>``
 
 
 @dataclass(frozen=True)
@@ -115,6 +118,7 @@ class Codec:
                 self.layouts[role] = state_layout(individual) or self.layouts.get(role, {})
             if individual.average is not None:
                 tensors.update({f"{AVERAGE}{role}/{k}": v for k, v in individual.average.items()})
+            tensors.update({f"{EXTRA}{role}/{k}": v for k, v in individual.extra.items()})
             if individual.sparse:
                 sparse_info[role] = sparse_meta(individual.sparse)
             self.sparse[role] = sparse_info.get(role)
@@ -138,19 +142,29 @@ class Codec:
         )
 
     def decode(
-        self, peer: int, frames: Any, expected: Manifest, parameters: Collection[str] = ()
+        self,
+        peer: int,
+        frames: Any,
+        expected: Manifest,
+        parameters: Collection[str] = (),
+        extras: Manifest | None = None,
     ) -> Message:
         """Check and decode ``peer``'s message against the local model's ``expected`` manifest
         (prefixed names such as ``generator/0.weight`` -> dtype and shape; ``parameters``: which of them
-        are parameters, all of which a role's moving average must hold). Every failure is
-        ``MessageRejected`` naming the field, before anything of the message is used."""
+        are parameters, all of which a role's moving average must hold; ``extras``: the problem's
+        ``extra_layout``, prefixed the same way). Every failure is ``MessageRejected`` naming the field,
+        before anything of the message is used."""
         received = envelope.decode(frames, max_bytes=self.max_bytes)
         header = received.header
         self._check_sender(peer, header)
         meta = header["meta"]
         facts = {key: _per_role(meta, key, self.roles) for key in ("fitness", "lr", "uid", "sparse")}
-        averages = _averages(received.tensors, expected, parameters, self.roles)
-        weights, moments = split({k: v for k, v in received.tensors.items() if not k.startswith(AVERAGE)})
+        # a moving average holds every parameter of its role, as the local model has them
+        averaged = {name: expected[name] for name in parameters if name in expected}
+        averages = _carried(received.tensors, AVERAGE, averaged, self.roles)
+        extra = _carried(received.tensors, EXTRA, extras or {}, self.roles)
+        model = {k: v for k, v in received.tensors.items() if not k.startswith((AVERAGE, EXTRA))}
+        weights, moments = split(model)
         state, masks = decode_sparse(weights, expected)
         sparse_moments, moment_masks = decode_sparse(moments, moment_manifest(moments, expected), complete=False)
         optimizer = checked_state(sparse_moments, moment_masks, expected, masks, self.layouts)
@@ -181,6 +195,7 @@ class Codec:
                 fitness=None if loss is None else float(loss),
                 sparse=sparse,
                 average=averages.get(role),
+                extra=extra.get(role, {}),
             )
         return Message(header=header, models=models)
 
@@ -203,25 +218,27 @@ class Codec:
         raise MessageRejected("recipe hash differs: nodes run different recipes")
 
 
-def _averages(
-    tensors: Mapping[str, torch.Tensor], expected: Manifest, parameters: Collection[str], roles: tuple[Role, ...]
+def _carried(
+    tensors: Mapping[str, torch.Tensor], prefix: str, layout: Manifest, roles: tuple[Role, ...]
 ) -> dict[Role, dict[str, torch.Tensor]]:
-    """Role -> its moving average, from the ``~average/`` tensors: each one of the role's parameters in the
-    local model's dtype and shape, and all of them."""
+    """Role -> name -> tensor, from the tensors named ``<prefix><role>/<name>`` (a moving average, a
+    problem's ``extra``): each one ``layout`` names (``role/name``), in its dtype and shape, and a role's
+    all of them or none. The field of a rejection is the prefix's word (``average``, ``extra``)."""
+    field = prefix.strip("~/")
     out: dict[Role, dict[str, torch.Tensor]] = {}
     for key, tensor in tensors.items():
-        if not key.startswith(AVERAGE):
+        if not key.startswith(prefix):
             continue
-        name = key[len(AVERAGE) :]
-        role, _, parameter = name.partition("/")
-        if role not in roles or name not in parameters:
-            raise MessageRejected(f"average: {name!r} is not a parameter of the local model")
-        if (tensor.dtype, tuple(tensor.shape)) != tuple(expected[name]):
-            raise MessageRejected(f"average: {name!r} differs from the local model in dtype or shape")
-        out.setdefault(role, {})[parameter] = tensor
-    for role, average in out.items():
-        if len(average) != sum(1 for name in parameters if name.startswith(f"{role}/")):
-            raise MessageRejected(f"average: the {role}'s average lacks parameters")
+        name = key[len(prefix) :]
+        role, _, local = name.partition("/")
+        if role not in roles or name not in layout:
+            raise MessageRejected(f"{field}: {name!r} is not one the local model keeps")
+        if (tensor.dtype, tuple(tensor.shape)) != tuple(layout[name]):
+            raise MessageRejected(f"{field}: {name!r} differs from the local model in dtype or shape")
+        out.setdefault(role, {})[local] = tensor
+    for role, held in out.items():
+        if len(held) != sum(1 for name in layout if name.startswith(f"{role}/")):
+            raise MessageRejected(f"{field}: the {role}'s lacks some of its tensors")
     return out
 
 

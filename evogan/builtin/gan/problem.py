@@ -62,7 +62,7 @@ class GanOptions(ComponentOptions):
     )
     loss: ComponentRef = component_field("loss", "bce", "adversarial loss ([problem.loss])")
     augment: ComponentRef = component_field(
-        "augment", "none", "augmentation of every D input in training ([problem.augment]; diffaugment)"
+        "augment", "none", "augmentation of every D input in training ([problem.augment]; diffaugment, ada)"
     )
     metric: ComponentRef = component_field("metric", "modes", "sample-quality metric; drives the mixture ES")
     batch_size: int = Field(100, ge=1, description="samples per training batch")
@@ -288,6 +288,25 @@ class GanProblem(AdversarialProblem[GanOptions]):
     def create(self, role: Role, *, generator: torch.Generator) -> nn.Module:
         return self.networks.build(role, self.source.sample_shape, generator=generator).to(self.device)
 
+    def extra_layout(self, role: Role) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
+        if role != "discriminator" or not self.augment.adaptive:
+            return {}
+        return {name: (t.dtype, tuple(t.shape)) for name, t in self.augment.start().items()}
+
+    def individual_metrics(self, individual: Individual) -> dict[str, float]:
+        if individual.role != "discriminator" or not self.augment.adaptive:
+            return {}
+        return self.augment.metrics(individual.extra or None)
+
+    def augment_state(self, discriminator: Individual, *, start: bool = False) -> dict[str, torch.Tensor] | None:
+        """The adaptive augmentation's state ``discriminator`` carries in its ``extra`` (``start``: made
+        at its first step); None where the augmentation is not adaptive or it has not trained yet."""
+        if not self.augment.adaptive:
+            return None
+        if start and not discriminator.extra:
+            discriminator.extra.update(self.augment.start())
+        return discriminator.extra or None
+
     def make_optimizer(self, role: Role, network: nn.Module, learning_rate: float) -> torch.optim.Optimizer:
         # The fused kernel updates all parameters in one call: on one CPU thread it cuts the MNIST MLP's
         # Adam step about fivefold (a quarter of a generation's training time with the default loop).
@@ -346,19 +365,26 @@ class GanProblem(AdversarialProblem[GanOptions]):
         real: torch.Tensor,
         *,
         generator: torch.Generator,
+        defenders: Sequence[Individual] = (),
     ) -> GeneratorStep:
         z = self.noise(real.shape[0], generator)
         weighted = [(defender, 1.0)] if isinstance(defender, nn.Module) else list(defender)
+        # an adaptive augmentation augments the fakes for each defender with that defender's state
+        states = [self.augment_state(d) for d in defenders] if defenders else [None] * len(weighted)
         for network, _ in weighted:
             network.requires_grad_(False)  # the defenders' gradients are not needed: skip computing them
         try:
             attacker.trainer.zero_grad(set_to_none=True)
             with self.precision.autocast():  # the forwards; losses on float32 logits (.float(): fp32 no-op)
                 fake = attacker.network(z)
-                if not self.augment.identity:  # D sees augmented fakes; G's gradient flows through the transform
-                    fake = self.augment(fake, generator=generator)
-                # one generator forward, one discriminator forward per defender, on the same fakes
-                all_logits = [network(fake).float() for network, _ in weighted]
+                fakes = [fake] * len(weighted)
+                # D sees augmented fakes; G's gradient flows through the transform
+                if self.augment.adaptive:
+                    fakes = [self.augment(fake, generator=generator, state=state) for state in states]
+                elif not self.augment.identity:
+                    fakes = [self.augment(fake, generator=generator)] * len(weighted)
+                # one generator forward, one discriminator forward per defender
+                all_logits = [network(x).float() for (network, _), x in zip(weighted, fakes, strict=True)]
             fake_logits = all_logits[0]
             if isinstance(defender, nn.Module):
                 loss = self.loss.generator_loss(fake_logits, generator=generator)
@@ -376,11 +402,13 @@ class GanProblem(AdversarialProblem[GanOptions]):
         self, attacker: Individual, defender: nn.Module, real: torch.Tensor, *, generator: torch.Generator
     ) -> None:
         z = self.noise(real.shape[0], generator)
+        state = self.augment_state(attacker, start=True)
         with self.precision.autocast():
             with torch.no_grad():
                 fake = defender(z).to(real.dtype)
             if not self.augment.identity:
-                real, fake = self.augment(real, generator=generator), self.augment(fake, generator=generator)
+                real = self.augment(real, generator=generator, state=state)
+                fake = self.augment(fake, generator=generator, state=state)
             attacker.trainer.zero_grad(set_to_none=True)
             if self.joint_discriminator_batch(attacker.network):
                 # One forward of twice the batch: fewer, larger matrix products (same arithmetic per sample).
@@ -389,6 +417,8 @@ class GanProblem(AdversarialProblem[GanOptions]):
                 real_logits, fake_logits = attacker.network(real).float(), attacker.network(fake).float()
         loss = self.loss.discriminator_loss(real_logits, fake_logits)
         self.precision.step(attacker.trainer, loss)
+        if state is not None:
+            self.augment.observe(state, real_logits)
         if self.options.clip_weights:  # WGAN keeps the critic Lipschitz by clipping its weights
             with torch.no_grad():
                 for parameter in attacker.network.parameters():
@@ -410,8 +440,6 @@ class GanProblem(AdversarialProblem[GanOptions]):
 
         if self.options.clip_weights:
             return "problem.clip_weights: the stacked discriminator step does not clip weights"
-        if not self.augment.identity:
-            return f"problem.augment: the stacked steps do not augment ({self.options.augment.use} trains looped)"
         if self.precision.scales_loss:
             return f"run.precision: the stacked steps do not scale losses ({self.precision.name} trains looped)"
         for role, individuals in (("generator", generators), ("discriminator", discriminators)):

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, vmap
 
-from evogan.api import Faced, GeneratorStep, Loss, StackedTraining
+from evogan.api import Augment, Faced, GeneratorStep, Loss, StackedTraining
 from evogan.individual import Individual
 from evogan.precision import Precision
 
@@ -25,15 +25,20 @@ Params = dict[str, torch.Tensor]
 
 class GanSteps(Protocol):
     """What the stacked steps and fitness use of the GAN problem
-    (:class:`~evogan.builtin.gan.problem.GanProblem`): its noise, its loss, the precision of its forwards
-    and how its discriminator steps batch real and fake. A protocol, as the problem's module imports these
-    modules to make them."""
+    (:class:`~evogan.builtin.gan.problem.GanProblem`): its noise, its loss, its augmentation, the precision
+    of its forwards and how its discriminator steps batch real and fake. A protocol, as the problem's
+    module imports these modules to make them."""
 
     @property
     def loss(self) -> Loss[Any]: ...
 
     @property
     def precision(self) -> Precision: ...
+
+    @property
+    def augment(self) -> Augment[Any]: ...
+
+    def augment_state(self, discriminator: Individual, *, start: bool = False) -> dict[str, torch.Tensor] | None: ...
 
     def noise(self, n: int, generator: torch.Generator) -> torch.Tensor: ...
 
@@ -441,19 +446,66 @@ class StackedGan(StackedTraining):
         opposed.commit(self.d.momenta)
         return logits.float()  # the losses' input (a no-op in fp32)
 
-    def _noise(self, real: Sequence[torch.Tensor], generators: Sequence[torch.Generator]) -> torch.Tensor:
-        return torch.stack([self.problem.noise(r.shape[0], g) for r, g in zip(real, generators, strict=True)])
+    def _noise(
+        self, real: Sequence[torch.Tensor], generators: Sequence[torch.Generator], calls: Sequence[int]
+    ) -> tuple[torch.Tensor, list[torch.Generator]]:
+        """Each row's noise, and the stream the row's ``calls[i]`` augmentations then draw from, such that
+        every cell's stream gives what the looped steps draw from it: a row's noise, then its
+        augmentations, row after row. A stream no later row shares is the row's own; a shared one is
+        copied after the row's noise and moved past the row's draws (its augmentations run on zeros:
+        how much they draw depends on the shape alone)."""
+        last = {id(g): row for row, g in enumerate(generators)}
+        noise, streams = [], []
+        for row, (r, g) in enumerate(zip(real, generators, strict=True)):
+            noise.append(self.problem.noise(r.shape[0], g))
+            if last[id(g)] == row or not calls[row]:
+                streams.append(g)
+                continue
+            fork = torch.Generator(device=g.device)
+            fork.set_state(g.get_state())
+            streams.append(fork)
+            blank = torch.zeros_like(r)
+            for _ in range(calls[row]):
+                self.problem.augment(blank, generator=g)
+        return torch.stack(noise), streams
+
+    def _augmented_fakes(
+        self, fake: torch.Tensor, faced: Sequence[Faced], streams: Sequence[torch.Generator], width: int
+    ) -> list[torch.Tensor]:
+        """What the ``k``-th opponent of every row sees of its fakes, for each ``k`` below ``width``:
+        augmented once per row, or per opponent with its own state for an adaptive augmentation (padding
+        rows beyond a row's opponents draw nothing), as the looped step does."""
+        augment = self.problem.augment
+        if augment.identity:
+            return [fake] * width
+        if not augment.adaptive:
+            once = torch.stack([augment(fake[row], generator=stream) for row, stream in enumerate(streams)])
+            return [once] * width
+        seen: list[list[torch.Tensor]] = [[] for _ in range(width)]
+        for row, (chosen, stream) in enumerate(zip(faced, streams, strict=True)):
+            for k in range(width):
+                if k < len(chosen):
+                    state = self.problem.augment_state(chosen[k][0])
+                    seen[k].append(augment(fake[row], generator=stream, state=state))
+                else:
+                    seen[k].append(fake[row])
+        return [torch.stack(rows) for rows in seen]
+
+    def _augment_calls(self, per_row: Sequence[int]) -> list[int]:
+        return [0 if self.problem.augment.identity else n for n in per_row]
 
     def generator_step(
         self, faced: Sequence[Faced], real: Sequence[torch.Tensor], generators: Sequence[torch.Generator]
     ) -> list[GeneratorStep]:
-        z = self._noise(real, generators)
+        adaptive = self.problem.augment.adaptive
+        z, streams = self._noise(real, generators, self._augment_calls([len(f) if adaptive else 1 for f in faced]))
         loss_fn = self.problem.loss.generator_loss
         with self.problem.precision.autocast():
             fake = self.forward_g(self.g.params, self.g.buffers, z)
         width = max(len(f) for f in faced)
+        fakes = self._augmented_fakes(fake, faced, streams, width)
         if width == 1:  # one opponent each: the plain loss, as the looped path computes it
-            logits = first = self._facing(self._opponents(self.d, [f[0][0] for f in faced]), fake)
+            logits = first = self._facing(self._opponents(self.d, [f[0][0] for f in faced]), fakes[0])
             losses = rowwise(loss_fn, logits)
         else:  # weighted sums; rows with fewer opponents are padded with weight 0
             # a row with one opponent uses the plain loss (weight 1), as the looped path does
@@ -463,7 +515,7 @@ class StackedGan(StackedTraining):
             for k in range(width):
                 weights = torch.tensor([row[k][1] for row in padded], device=fake.device)
                 opposed = self._opponents(self.d, [row[k][0] for row in padded], [k < len(f) for f in faced])
-                logits = self._facing(opposed, fake)
+                logits = self._facing(opposed, fakes[k])
                 if k == 0:  # the principal opponent's logits, as the looped step returns them
                     first = logits
                 losses = losses + weights * rowwise(loss_fn, logits)
@@ -475,13 +527,19 @@ class StackedGan(StackedTraining):
     def discriminator_step(
         self, defenders: Sequence[Individual], real: Sequence[torch.Tensor], generators: Sequence[torch.Generator]
     ) -> None:
-        z = self._noise(real, generators)
+        z, streams = self._noise(real, generators, self._augment_calls([2] * len(real)))
         batch = torch.stack(list(real))
         with torch.no_grad():
             opposed = self._opponents(self.g, defenders)
             with self.problem.precision.autocast():
                 fake = self.forward_g(opposed.params, opposed.buffers, z).to(batch.dtype)
             opposed.commit(self.g.momenta)
+        augment = self.problem.augment
+        states = [self.problem.augment_state(d, start=True) for d in self.d.individuals]
+        if not augment.identity:  # each row's real batch, then its fakes, from the row's stream
+            rows = range(len(real))
+            batch = torch.stack([augment(batch[i], generator=streams[i], state=states[i]) for i in rows])
+            fake = torch.stack([augment(fake[i], generator=streams[i], state=states[i]) for i in rows])
         params, buffers, forward = self.d.params, self.d.buffers, self.forward_d
         with self.problem.precision.autocast():
             if self.joint:
@@ -494,6 +552,11 @@ class StackedGan(StackedTraining):
         losses = rowwise(self.problem.loss.discriminator_loss, real_logits.float(), fake_logits.float())
         grads = torch.autograd.grad(losses.sum(), [self.d.params[n] for n in self.d.names])
         self.d.adam(grads)
+        if augment.adaptive:
+            signs = real_logits.detach().float().cpu()  # one copy for every row
+            for state, row_logits in zip(states, signs, strict=True):
+                assert state is not None
+                augment.observe(state, row_logits)
 
     def close(self) -> None:
         self.g.close()
