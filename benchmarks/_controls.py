@@ -32,6 +32,7 @@ and come from those lines alone (``--summarise``).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import statistics
@@ -292,6 +293,7 @@ def run_matrix(script: Script, args: argparse.Namespace) -> Path:
                 "configs": [c.name for c in named],
                 "what": config.what,
                 "recipe": str(script.recipe.relative_to(ROOT)),
+                "recipe_sha": recipe_sha(script.recipe),
                 "set": [*script.base(args), *args.set],  # what this invocation changed for every run
                 "overrides": [o for o in overrides if not o.startswith("run.output_dir=")],
                 "base_generations": args.generations,
@@ -335,12 +337,20 @@ def has(record: Mapping[str, Any], path: Sequence[str]) -> bool:
     return True
 
 
+def recipe_sha(path: Path) -> str:
+    """The first 8 hex digits of the recipe file's SHA-256: a shipped recipe can change between commits
+    (the demo's networks did at fc980de), and runs of different contents must not share a table row."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:8]
+
+
 def groups(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, ...], list[Mapping[str, Any]]]:
-    """Runs by (recipe, --set, base generations, configuration name): a run under each name it has."""
+    """Runs by (recipe and its contents, --set, base generations, configuration name): a run under each name
+    it has. Lines from before the contents were recorded group by the recipe's path alone."""
     out: dict[tuple[str, ...], list[Mapping[str, Any]]] = {}
     for record in records:
+        recipe = record["recipe"] + (f"@{record['recipe_sha']}" if record.get("recipe_sha") else "")
         for name in record["configs"]:
-            key = (record["recipe"], " ".join(record["set"]), str(record["base_generations"]), name)
+            key = (recipe, " ".join(record["set"]), str(record["base_generations"]), name)
             out.setdefault(key, []).append(record)
     return out
 

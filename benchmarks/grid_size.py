@@ -9,7 +9,10 @@ every built-in pairing (``pairing-NAME-RxC``). Figures of each run, all on the t
 500 samples per score, the project's MNIST classifier: FID on its 50-d features, TVD of its class
 histogram, classes covered; the test reference is the other half of the digits from the validation
 one): the mixture chosen on the validation stream, the single generator chosen on validation, the means
-over the cells of their mixtures and generators. One JSON line per run goes to
+over the cells of their mixtures and generators. The recipe is the demo's as shipped at the commit that
+runs: lines before fc980de trained Lipizzaner's 256-wide networks, later ones the demo's 384-wide pair
+with spectral norm and a generator average; each line since records the recipe's hash, and the tables
+keep contents apart. One JSON line per run goes to
 ``benchmarks/logs/grid_size/<commit>.jsonl``; ``--summarise`` prints every table from such logs alone.
 
     .venv/bin/python benchmarks/grid_size.py --list                         # the configurations, no runs
