@@ -57,6 +57,29 @@ def run_demo(extra: list[str]) -> dict[str, Any]:
 
 
 def summarise(records: list[dict[str, Any]]) -> str:
+    demos = [r for r in records if r.get("script") == "demo"]
+    explored = [r for r in records if r.get("script") == "demo-exploration"]
+    return "\n\n".join(part for part in (_demo_table(demos), _exploration_table(explored)) if part)
+
+
+def _exploration_table(records: list[dict[str, Any]]) -> str:
+    """The runs that chose the demo's networks: the recipe of their commit with ``set`` overrides."""
+    if not records:
+        return ""
+    lines = ["| commit | grid | generations | overrides | test FID | classes | recall | validation FID |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in records:
+        best = r["test"]["best_mixture"]
+        lines.append(
+            f"| {r['commit']} | {r['grid']} | {r['generations']} | {' '.join(r['set'])} | {best['fid']:.1f} "
+            f"| {best['classes_covered']:.0f} | {best['recall']:.3f} | {r['validation']['best_mixture']['fid']:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def _demo_table(records: list[dict[str, Any]]) -> str:
+    if not records:
+        return ""
     lines = ["| commit | best cell | test FID | test TVD | classes | validation FID | mean over cells: mixture FID "
              "| generator FID | wall s | load |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in records:

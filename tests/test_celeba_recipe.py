@@ -135,7 +135,7 @@ def test_dataset_smaller_than_a_batch(shapes: Path, tmp_path: Path) -> None:
 
 def test_images_that_do_not_fit_the_network(shapes: Path, tmp_path: Path) -> None:
     result = invoke("run", str(DEMO), "--quiet", "--output-dir", str(tmp_path / "runs"),
-                    "--set", 'problem.network.use="dcgan64"')
+                    "--set", 'problem.network={use="dcgan64"}')
     line = one_error_line(result)
     assert "network dcgan64 needs images of shape (1, 64, 64) or (3, 64, 64)" in line
     assert "the dataset gives (1, 28, 28)" in line
