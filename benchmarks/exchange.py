@@ -1,7 +1,7 @@
 """Exchange cost: envelope vs raw tensor bytes vs the original Lipizzaner encoding; latency over tcp/ipc.
 
     .venv/bin/python benchmarks/exchange.py                # about a minute on 2 shared cores
-    .venv/bin/python benchmarks/exchange.py --bytes-only   # only the optimizer-state bytes table
+    .venv/bin/python benchmarks/exchange.py --bytes-only   # only the bytes table (optimizer state, fp32/bf16 wire)
 
 For the MNIST MLP pair and the DCGAN-64 pair (one bundle = best G + best D, weights and buffers, fp32) it
 prints: raw tensor bytes, bytes of the envelope on the wire (frames plus ZMTP framing) and the overhead
@@ -31,9 +31,8 @@ from torch import nn
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from evogan.engine.optimizer_state import optimizer_tensors  # noqa: E402
+from evogan.engine.codec import Codec  # noqa: E402
 from evogan.individual import Individual  # noqa: E402
-from evogan.sparse.wire import encode_sparse  # noqa: E402
 from evogan.transport import envelope  # noqa: E402
 from evogan.transport.zmq import ZmqTransport  # noqa: E402
 
@@ -166,33 +165,31 @@ def trained_individual(role: str, net: nn.Module, density: float | None) -> Indi
                       sparse={"masks": masks} if masks else {})  # fmt: skip
 
 
-def message_bytes(g: nn.Module, d: nn.Module, *, optimizer: bool, density: float | None = None) -> int:
-    """Bytes on the wire of one message as ``Cell.message`` builds it (weights, optionally optimizer state)."""
-    tensors: dict[str, torch.Tensor] = {}
-    for role, net in (("generator", g), ("discriminator", d)):
-        individual = trained_individual(role, net, density)
-        masks = individual.sparse.get("masks") or {}
-        state = {f"{role}/{k}": v for k, v in net.state_dict().items()}
-        tensors.update(encode_sparse(state, {f"{role}/{k}": m for k, m in masks.items()}))
-        if optimizer:
-            tensors.update(encode_sparse(*optimizer_tensors(role, individual)))  # type: ignore[arg-type]
-    return zmtp_bytes(envelope.encode(tensors, run="bench", cell=0, generation=0))
+def codec_bytes(g: nn.Module, d: nn.Module, *, optimizer: bool, density: float | None, wire: str) -> int:
+    """Bytes on the wire of one message as a cell's codec sends it with ``exchange.wire = wire``."""
+    best = {role: trained_individual(role, net, density) for role, net in (("generator", g), ("discriminator", d))}
+    codec = Codec(0, run_id="bench", recipe="r", optimizer_state=optimizer, max_bytes=1 << 30, wire=wire)
+    return zmtp_bytes(codec.encode(best, generation=0, substep=0, sequence=0, incarnation=0))  # type: ignore[arg-type]
 
 
 def optimizer_state_table() -> None:
     print("\n## Bytes per exchange with and without optimizer state (one message: best G + best D)\n")
-    print("| pair | weights only | with Adam state (moments + step) | ratio |")
-    print("|---|---|---|---|")
+    print("| pair | weights only | with Adam state (moments + step) | ratio "
+          "| exchange.wire = bf16: weights only | bf16: with Adam state | bf16 / fp32 |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|")
     for name, make, density in (
         ("MNIST MLP", mnist_pair, None),
         ("MNIST MLP, weight matrices at 30 % density (sparse wire format)", mnist_pair, 0.3),
         ("DCGAN-64", dcgan_pair, None),
     ):
-        torch.manual_seed(0)
-        without = message_bytes(*make(), optimizer=False, density=density)
-        torch.manual_seed(0)
-        with_state = message_bytes(*make(), optimizer=True, density=density)
-        print(f"| {name} | {without / MB:.3f} MB | {with_state / MB:.3f} MB | {with_state / without:.2f}x |")
+        sizes = {}
+        for optimizer, wire in ((False, "fp32"), (True, "fp32"), (False, "bf16"), (True, "bf16")):
+            torch.manual_seed(0)
+            sizes[optimizer, wire] = codec_bytes(*make(), optimizer=optimizer, density=density, wire=wire)
+        without, with_state = sizes[False, "fp32"], sizes[True, "fp32"]
+        print(f"| {name} | {without / MB:.3f} MB | {with_state / MB:.3f} MB | {with_state / without:.2f}x "
+              f"| {sizes[False, 'bf16'] / MB:.3f} MB | {sizes[True, 'bf16'] / MB:.3f} MB "
+              f"| {sizes[False, 'bf16'] / without:.3f} |")  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------ latency

@@ -159,6 +159,12 @@ class ExchangeSection(_Table):
         description="send the optimizer's state (Adam moments, step counts) with the models; "
         "auto: when selection is on, as Lipizzaner does",
     )
+    wire: Literal["fp32", "bf16"] = Field(
+        "fp32",
+        description="precision of the floating-point tensors sent between cells (weights, their average, "
+        "optimizer moments): bf16 halves the bytes and rounds what neighbours receive; scalars such as Adam's "
+        "step count stay fp32, and received tensors are fp32 again",
+    )
     options: dict[str, Any] = Field(
         default_factory=dict,
         description="the transport's options (e.g. bind, advertise, curve_dir); node-specific, so not hashed",

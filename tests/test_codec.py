@@ -4,6 +4,7 @@ type-checked before use, and a failure is a ``MessageRejected`` counted under th
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -190,3 +191,41 @@ def test_a_tensor_sent_both_dense_and_sparse_is_rejected(sparse: Pair) -> None:
         tensors[name] = torch.zeros([int(d) for d in tensors[name + ".__shape__"].tolist()])
 
     rejected(sparse, reencoded(sparse, both), "^sparse: tensor .* is sent both dense and as values")
+
+
+def test_bf16_on_the_wire_halves_the_bytes_and_arrives_as_the_rounded_float32_model(tmp_path: Path) -> None:
+    """``exchange.wire = "bf16"``: weights, the optimizer's moments and their average travel in bf16 and
+    are float32 again on arrival, each the bf16 rounding of what was sent; Adam's step count (a scalar)
+    keeps its exact value."""
+    torch.set_num_threads(1)
+    path = write_tiny_recipe(tmp_path, seed=5)
+    sets = ("exchange.optimizer_state=true", "problem.g_ema=0.9")
+    fp32 = make_pair(path, sets)
+    bf16 = make_pair(path, (*sets, 'exchange.wire="bf16"'))
+    assert 0.5 <= len(bf16.good[2]) / len(fp32.good[2]) < 0.52  # the tensors' frame (scalars stay fp32)
+
+    sent = envelope.decode(fp32.good, max_bytes=1 << 30).tensors  # the same sender's float32 tensors
+    wire = envelope.decode(bf16.good, max_bytes=1 << 30).tensors
+    floats = [name for name, t in sent.items() if t.dtype == torch.float32]
+    assert floats and all(wire[n].dtype == (torch.bfloat16 if sent[n].dim() else torch.float32) for n in floats)
+    arrived = bf16.receiver.foreign[0]
+    for role, individual in arrived.items():
+        for name, value in individual.network.state_dict().items():
+            assert value.dtype == torch.float32
+            assert torch.equal(value, sent[f"{role}/{name}"].to(torch.bfloat16).float()), name
+        assert individual.average is not None or role != "generator"
+    steps = [n for n in floats if n.startswith(PREFIX) and n.endswith("/step")]
+    assert steps and all(torch.equal(wire[n], sent[n]) for n in steps)
+
+
+def test_a_bf16_tensor_is_refused_where_the_wire_is_fp32(dense: Pair) -> None:
+    tensors = dict(envelope.decode(dense.good, max_bytes=1 << 30).tensors)
+    name = next(n for n, t in tensors.items() if t.dtype == torch.float32 and t.dim() and not n.startswith(PREFIX))
+    tensors[name] = tensors[name].to(torch.bfloat16)
+    header = envelope.parse_header(dense.good, max_bytes=1 << 30)
+    frames = envelope.encode(tensors, run=header["run"], cell=header["cell"], generation=header["generation"],
+                             substep=header.get("substep", 0), sequence=header["sequence"],
+                             incarnation=header["incarnation"], meta=header["meta"])  # fmt: skip
+    with pytest.raises(MessageRejected, match="differs from the local model in dtype or shape") as refused:
+        dense.receiver.codec.decode(0, [bytes(f) for f in frames], dense.expected)
+    rejected(dense, [bytes(f) for f in frames], "^" + re.escape(str(refused.value)))

@@ -113,6 +113,7 @@ class Cell:
             optimizer_state=settings.optimizer_state,
             max_bytes=settings.max_message_bytes,
             roles=self.roles,
+            wire=settings.recipe.exchange.wire,
         )
         self._expected: Manifest | None = None
         self._parameters: set[str] | None = None

@@ -76,6 +76,7 @@ class Codec:
     :param optimizer_state: whether sent messages carry the optimizer state.
     :param max_bytes: the payload cap of a received message.
     :param roles: the problem's roles, each carried under its own name.
+    :param wire: ``fp32``, or ``bf16`` to send float32 tensors (not scalars) in half the bytes.
     """
 
     def __init__(
@@ -87,8 +88,10 @@ class Codec:
         optimizer_state: bool,
         max_bytes: int,
         roles: tuple[Role, ...] = ROLES,
+        wire: str = "fp32",
     ) -> None:
         self.cell, self.run_id, self.recipe, self.roles = cell, run_id, recipe, roles
+        self.wire = torch.bfloat16 if wire == "bf16" else torch.float32
         self.optimizer_state, self.max_bytes = optimizer_state, max_bytes
         self.agreed: set[int] = set()  # neighbours whose messages carried this recipe at least once
         # What this cell's own messages held, per role (learnt in encode; a run's cells publish before
@@ -122,6 +125,8 @@ class Codec:
             if individual.sparse:
                 sparse_info[role] = sparse_meta(individual.sparse)
             self.sparse[role] = sparse_info.get(role)
+        if self.wire != torch.float32:  # scalars (Adam's step count) keep their exact value
+            tensors = {k: v.to(self.wire) if v.dtype == torch.float32 and v.dim() else v for k, v in tensors.items()}
         meta = {
             "recipe": self.recipe,
             # an offspring inside a generation has no fitness yet: None keeps the receiver's last value
@@ -155,15 +160,17 @@ class Codec:
         ``extra_layout``, prefixed the same way). Every failure is ``MessageRejected`` naming the field,
         before anything of the message is used."""
         received = envelope.decode(frames, max_bytes=self.max_bytes)
+        # bf16 on the wire: back to the local models' float32 before any check
+        tensors = {k: v.float() if v.dtype == self.wire != torch.float32 else v for k, v in received.tensors.items()}
         header = received.header
         self._check_sender(peer, header)
         meta = header["meta"]
         facts = {key: _per_role(meta, key, self.roles) for key in ("fitness", "lr", "uid", "sparse")}
         # a moving average holds every parameter of its role, as the local model has them
         averaged = {name: expected[name] for name in parameters if name in expected}
-        averages = _carried(received.tensors, AVERAGE, averaged, self.roles)
-        extra = _carried(received.tensors, EXTRA, extras or {}, self.roles)
-        model = {k: v for k, v in received.tensors.items() if not k.startswith((AVERAGE, EXTRA))}
+        averages = _carried(tensors, AVERAGE, averaged, self.roles)
+        extra = _carried(tensors, EXTRA, extras or {}, self.roles)
+        model = {k: v for k, v in tensors.items() if not k.startswith((AVERAGE, EXTRA))}
         weights, moments = split(model)
         state, masks = decode_sparse(weights, expected)
         sparse_moments, moment_masks = decode_sparse(moments, moment_manifest(moments, expected), complete=False)
