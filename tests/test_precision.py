@@ -54,6 +54,12 @@ def test_an_unknown_precision_is_a_one_line_recipe_error(tiny_recipe) -> None:
     assert f"{path}: run.precision: must be 'fp32', 'bf16' or 'fp16'" in line
 
 
+def test_an_unknown_wire_precision_is_a_one_line_recipe_error(tiny_recipe) -> None:
+    path = tiny_recipe()
+    line = one_line(CliRunner().invoke(cli, ["validate", str(path), "--set", 'exchange.wire="fp16"']))
+    assert f"{path}: exchange.wire: must be 'fp32' or 'bf16'" in line
+
+
 def test_fp16_on_the_cpu_is_refused_in_one_line(tiny_recipe) -> None:
     path = tiny_recipe()
     line = one_line(CliRunner().invoke(cli, ["run", str(path), "--set", 'run.precision="fp16"']))

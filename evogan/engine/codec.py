@@ -160,8 +160,9 @@ class Codec:
         ``extra_layout``, prefixed the same way). Every failure is ``MessageRejected`` naming the field,
         before anything of the message is used."""
         received = envelope.decode(frames, max_bytes=self.max_bytes)
-        # bf16 on the wire: back to the local models' float32 before any check
-        tensors = {k: v.float() if v.dtype == self.wire != torch.float32 else v for k, v in received.tensors.items()}
+        tensors = dict(received.tensors)
+        if self.wire != torch.float32:  # back to the local models' float32 before any check
+            tensors = {k: v.float() if v.dtype == self.wire else v for k, v in tensors.items()}
         header = received.header
         self._check_sender(peer, header)
         meta = header["meta"]
