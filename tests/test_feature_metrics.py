@@ -38,6 +38,21 @@ def test_kid_matches_torch_fidelity_on_whole_sets_and_averages_subsets() -> None
         feature_metrics.kid(real, fake[:1])
 
 
+def test_kid_memo_gives_the_same_values_and_fills_once() -> None:
+    draw = torch.Generator().manual_seed(2)
+    real = torch.randn(120, 8, generator=draw)
+    memo: dict[tuple[int, ...], feature_metrics.KernelSums] = {}
+    for n in (60, 120, 200, 60):  # fakes fewer than, as many as and more than the reals; then again
+        fake = torch.randn(n, 8, generator=draw) + 0.3
+        assert feature_metrics.kid(real, fake, subsets=5, subset_size=50, memo=memo) == feature_metrics.kid(
+            real, fake, subsets=5, subset_size=50
+        )
+    assert len(memo) == 15  # five real subsets per fake count; the repeated count found its sums there
+    memo_values = {key: float(value[0]) for key, value in memo.items()}
+    feature_metrics.kid(real, torch.randn(60, 8, generator=draw), subsets=5, subset_size=50, memo=memo)
+    assert {key: float(value[0]) for key, value in memo.items()} == memo_values
+
+
 def test_precision_recall_density_coverage_by_hand() -> None:
     # reals 0, 1, 2, 3 on a line, k = 1: every real's ball has radius 1 (strictly inside counts). The fake at
     # 0.5 lies in the balls of reals 0 and 1; the fake at 10 in none. The fakes' own radius is 9.5.

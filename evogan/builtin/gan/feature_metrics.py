@@ -19,32 +19,60 @@ else:
 CHUNK = 4096  # rows of a distance matrix computed at once
 
 
-def kid(real: torch.Tensor, fake: torch.Tensor, *, subsets: int = 100, subset_size: int = 1000) -> tuple[float, float]:
+# One real subset's kernel sums, (sum of k_xx, sum of its diagonal): the same on every score of a run
+KernelSums = tuple["torch.Tensor", "torch.Tensor"]
+
+
+def kid(
+    real: torch.Tensor,
+    fake: torch.Tensor,
+    *,
+    subsets: int = 100,
+    subset_size: int = 1000,
+    memo: dict[tuple[int, ...], KernelSums] | None = None,
+) -> tuple[float, float]:
     """Kernel Inception Distance: the unbiased MMD^2 with the kernel ``(x.y / d + 1)^3``, mean and standard
     deviation over ``subsets`` random subsets of ``subset_size`` (fewer when either set is smaller: then every
-    subset is the whole set and one is enough). Subsets come from a fixed seed, so scores are repeatable."""
+    subset is the whole set and one is enough). Subsets come from a fixed seed, so scores are repeatable.
+
+    ``memo``: a dict kept with ``real`` across calls. The subsets are drawn the same way on every call with
+    the same sizes, so the real side's kernel sums are computed once and then looked up (a run scores its
+    mixtures against one reference hundreds of times); the values are the same to the last bit."""
     real, fake = real.double(), fake.double()
     size = min(subset_size, real.shape[0], fake.shape[0])
     if size < 2:
         raise ValueError(f"KID needs at least 2 samples per set, got {real.shape[0]} and {fake.shape[0]}")
     whole = size == real.shape[0] == fake.shape[0]
     draw = torch.Generator().manual_seed(0)
+    memo = {} if memo is None else memo
+    fake_sums: KernelSums | None = None  # the whole fake set's, when every subset holds all of it
     values = []
-    for _ in range(1 if whole else subsets):
+    for index in range(1 if whole else subsets):
         x = real if size == real.shape[0] else real[torch.randperm(real.shape[0], generator=draw)[:size]]
         y = fake if size == fake.shape[0] else fake[torch.randperm(fake.shape[0], generator=draw)[:size]]
-        values.append(_mmd2(x, y))
+        key = (real.shape[0], fake.shape[0], size, index)
+        if key not in memo:
+            memo[key] = _kernel_sums(x, x)
+        if y is fake and fake_sums is None:
+            fake_sums = _kernel_sums(y, y)
+        values.append(_mmd2(memo[key], fake_sums if y is fake else _kernel_sums(y, y), x, y))
     spread = torch.tensor(values, dtype=torch.float64)
     return float(spread.mean()), float(spread.std(unbiased=False)) if len(values) > 1 else 0.0
 
 
-def _mmd2(x: torch.Tensor, y: torch.Tensor) -> float:
-    d, m = x.shape[1], x.shape[0]
-    k_xx = (x @ x.T / d + 1) ** 3
-    k_yy = (y @ y.T / d + 1) ** 3
-    k_xy = (x @ y.T / d + 1) ** 3
-    off_diagonal = (k_xx.sum() - k_xx.diagonal().sum() + k_yy.sum() - k_yy.diagonal().sum()) / (m * (m - 1))
-    return float(off_diagonal - 2 * k_xy.mean())
+def _kernel(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return (a @ b.T / a.shape[1] + 1) ** 3
+
+
+def _kernel_sums(a: torch.Tensor, b: torch.Tensor) -> KernelSums:
+    k = _kernel(a, b)
+    return k.sum(), k.diagonal().sum()
+
+
+def _mmd2(xx: KernelSums, yy: KernelSums, x: torch.Tensor, y: torch.Tensor) -> float:
+    m = x.shape[0]
+    off_diagonal = (xx[0] - xx[1] + yy[0] - yy[1]) / (m * (m - 1))
+    return float(off_diagonal - 2 * _kernel(x, y).mean())
 
 
 def distances(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

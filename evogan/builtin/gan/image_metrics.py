@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Literal
 
@@ -101,6 +101,8 @@ class RealStats:
     features: torch.Tensor  # the reference sample's features, for KID and the k-NN metrics
     radii: torch.Tensor | None = None  # each real's distance to its k-th nearest real (nearest_k)
     histogram: torch.Tensor | None = None
+    # KID's real-side kernel sums, filled by the first score (not saved: recomputed in one score)
+    kid_memo: dict[tuple[int, ...], feature_metrics.KernelSums] = field(default_factory=dict, repr=False)
 
     def to_dict(self) -> dict[str, torch.Tensor]:
         out = {"mu": self.mu, "cov": self.cov, "sqrt_cov": self.sqrt_cov, "features": self.features}
@@ -127,7 +129,11 @@ def feature_scores(real: RealStats, fake: torch.Tensor, options: FeatureMetricOp
     out: dict[str, float] = {}
     if options.kid_subsets:
         out["kid"], out["kid_std"] = feature_metrics.kid(
-            real.features, fake, subsets=options.kid_subsets, subset_size=options.kid_subset_size
+            real.features,
+            fake,
+            subsets=options.kid_subsets,
+            subset_size=options.kid_subset_size,
+            memo=real.kid_memo,
         )
     if real.radii is not None and fake.shape[0] > options.nearest_k:
         out.update(feature_metrics.prdc(real.features, fake, k=options.nearest_k, real_radii=real.radii))
