@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import torch
 from rich.console import Console
+from test_ada import ADA  # pytest puts tests/ on sys.path (rootdir conftest, prepend mode)
 
 from evogan.builtin.reporter import TerminalReporter
 from evogan.engine.rundir import RunDirectory
@@ -225,8 +226,8 @@ def test_reporter_shows_peer_age_when_present() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "inside",
-    [(), ("exchange.every_batches=1", "exchange.optimizer_state=true")],
-    ids=["per-generation", "every-batch-with-optimizer-state"],
+    [(), ("exchange.every_batches=1", "exchange.optimizer_state=true"), (*ADA, "exchange.every_batches=1")],
+    ids=["per-generation", "every-batch-with-optimizer-state", "ada-every-batch"],
 )
 def test_lockstep_workers_match_the_single_process_run_exactly(tiny_recipe, inside: tuple[str, ...]) -> None:
     from test_vectorized import assert_real_choices
@@ -249,6 +250,8 @@ def test_lockstep_workers_match_the_single_process_run_exactly(tiny_recipe, insi
     assert summary["cells"] == single["cells"] and summary["best_cell"] == single["best_cell"]
     assert (run_dir / "plots" / "metrics.png").exists()
     assert len(list((run_dir / "samples").glob("final-best-cell-*.png"))) == 1
+    if ADA[0] in inside:  # each D's augmentation probability moved, and travelled with it, as in one process
+        assert any(r["individual_metrics"]["d_aug_p"] > 0 for r in records(run_dir))
     neighbours = {0: {"1", "2"}, 1: {"0", "3"}, 2: {"0", "3"}, 3: {"1", "2"}}
     assert all(set(t["liveness"]) == neighbours[t["cell"]] for t in timings(run_dir))
 
