@@ -19,8 +19,10 @@ sample, a generator step costs ``3 f_G + 2 k f_D`` (G forward and backward, and 
 discriminators it faces forward plus the input-gradient half of a backward: ``g_mixture`` faces every
 discriminator of the neighbourhood, the other built-in pairings one), a discriminator step ``6 f_D + f_G``
 (real and fake batches, the fakes drawn without gradients); times the batch size, the population and the
-steps the problem's schedule trains. Fitness, scoring and the mixture ES are not training and are not
-counted. ``lone-flops-RxC`` gets the number of generations whose training FLOPs come nearest the grid's.
+steps the problem's schedule trains. E-GAN (``problem.egan``) makes a generator step one plain step per
+child plus each child's fitness (:func:`egan_step_cost`). The engine's fitness, scoring and the mixture ES
+are not training and are not counted. ``lone-flops-RxC`` gets the number of generations whose training FLOPs
+come nearest the grid's.
 
 Every run appends one JSON line to ``benchmarks/logs/<script>/<commit>.jsonl`` (``-dirty`` when tracked
 files differed from the commit): the recipe and every override, seed, commit, the validation and test
@@ -192,11 +194,25 @@ def cost_per_generation(recipe: recipes.Recipe, registries: Registries) -> Itera
             where = {"cell": cell, "generation": generation}
             for step in range(problem.batches_per_generation(cell)):
                 if problem.train_generator_at(step, **where):
-                    total += size * generator_step_cost(f_g, faced[cell] * f_d, batch)
+                    total += size * egan_step_cost(problem.options.egan, f_g, faced[cell] * f_d, batch)
                     steps += cell == 0
                 if problem.train_discriminator_at(step, **where):
                     total += size * discriminator_step_cost(f_d, f_g, batch)
         yield total, steps
+
+
+def egan_step_cost(egan: Any, f_g: float, f_d: float, batch: int) -> float:
+    """One generator step under ``[problem.egan]`` (``egan``; None: off), ``f_d`` the forward FLOPs of every
+    discriminator it faces: a plain step per child; with two children or more, each child's fitness (G and D
+    forwards on a fitness batch as large, and with ``gamma`` D's backward there too) and, with ``gamma``,
+    D's forward and backward on the real batch once per step."""
+    children = 1 if egan is None else len(egan.losses)
+    cost = children * generator_step_cost(f_g, f_d, batch)
+    if children > 1:
+        diversity = egan.gamma > 0
+        per_child = f_g + (3.0 if diversity else 1.0) * f_d  # D's backward on the fakes for F_d
+        cost += children * batch * per_child + (3.0 * batch * f_d if diversity else 0.0)  # the real half, once
+    return cost
 
 
 def discriminators_faced(pairing_component: Any, recipe: recipes.Recipe, neighbours: Sequence[int], cell: int) -> int:

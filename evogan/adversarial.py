@@ -49,6 +49,12 @@ class AdversarialProblem(Problem[OptionsT]):
         """Decay of the generators' moving average (:mod:`evogan.average`), updated after each G step; 0: none."""
         return 0.0
 
+    @property
+    def generator_candidates(self) -> int:
+        """How many candidate generators one generator step trains before keeping one (E-GAN's children);
+        1: the plain step. A sparsity controller that acts after each step sees the survivor only."""
+        return 1
+
     def hyper(self, role: Role) -> dict[str, float]:
         return {"lr": self.learning_rate, "lr0": self.learning_rate}
 
@@ -115,7 +121,12 @@ class AdversarialProblem(Problem[OptionsT]):
         return f"problem {self.name} trains one individual at a time"
 
     # ------------------------------------------------------------------------------ variation = training
+    def before_training(self, job: Variation) -> None:
+        """Called once per generation for each cell's ``job``, before its first step (on either backend):
+        for state a problem keeps per generation. Nothing by default."""
+
     def vary(self, job: Variation) -> Iterator[int]:
+        self.before_training(job)
         _begin(job)
         yield from _train(self, [job], RowByRow(self, job.members["generator"], job.members["discriminator"]))
 
@@ -142,6 +153,7 @@ class AdversarialProblem(Problem[OptionsT]):
             raise RuntimeError(f"cells trained together: {stacked}")
         try:
             for job in jobs:
+                self.before_training(job)
                 _begin(job)
             for _ in _train(self, jobs, stacked):
                 raise RuntimeError("cells trained together cannot exchange inside a generation")

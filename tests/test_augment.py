@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from click.testing import CliRunner
-from test_run import metrics, run  # pytest puts tests/ on sys.path (rootdir conftest, prepend mode)
+from test_run import metrics, one_line_error, run  # pytest puts tests/ on sys.path (rootdir conftest, prepend mode)
 
 from evogan.builtin.gan.augment import DiffAugment, NoAugment
-from evogan.cli import _attach_commands, cli
 
 IMAGES = (
     'problem.data={use="mnist_demo"}',
@@ -99,11 +97,4 @@ def test_a_run_with_diffaugment_is_reproducible_and_trains_differently(tiny_reci
     ],
 )
 def test_bad_uses_are_one_line_errors(tiny_recipe, sets: tuple[str, ...], message: str) -> None:
-    _attach_commands()
-    args = ["run", str(tiny_recipe(generations=1)), "--quiet"]
-    for item in sets:
-        args += ["--set", item]
-    result = CliRunner().invoke(cli, args)
-    assert result.exit_code == 2, result.output
-    lines = [line for line in result.output.splitlines() if line.strip()]
-    assert len(lines) == 1 and message in lines[0], result.output
+    assert message in one_line_error(tiny_recipe(generations=1), *sets)

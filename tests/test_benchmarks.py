@@ -57,6 +57,21 @@ def test_training_flops_count_every_cells_steps(registries) -> None:
 
 
 @pytest.mark.parametrize(
+    ("egan", "per_step"),
+    [
+        ("{}", 3 * (3 * F_G + 2 * F_D) + 3 * (F_G + F_D)),  # three children, each scored on a batch
+        ("{gamma=0.1}", 3 * (3 * F_G + 2 * F_D) + 3 * (F_G + 3 * F_D) + 3 * F_D),  # and D's gradients
+        ('{losses=["mse"]}', 3 * F_G + 2 * F_D),  # one child: the plain step
+    ],
+)
+def test_egan_counts_every_child_and_its_fitness(registries, egan: str, per_step: int) -> None:
+    config = _controls.Configuration("", 1, 1, (f"problem.egan={egan}",), 1, "")
+    recipe = _controls.load(SCRIPT, registries, _controls.overrides_of(SCRIPT, arguments(), config, 0, Path("/tmp")))
+    flops, steps = _controls.training_flops(recipe, registries)
+    assert flops == steps * 100 * (per_step + 6 * F_D + F_G)
+
+
+@pytest.mark.parametrize(
     ("overrides", "faced"),
     [((), 5), (('pairing={use="reference"}',), 1), (("population.selection=true",), 1), (("population.size=2",), 10)],
 )

@@ -43,6 +43,18 @@ def metrics(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
+def one_line_error(path: Path, *sets: str) -> str:
+    """``evogan run PATH --set ...``'s output, which must be one line and exit code 2."""
+    args = ["run", str(path), "--quiet"]
+    for item in sets:
+        args += ["--set", item]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1, result.output
+    return lines[0]
+
+
 def test_run_directory_holds_everything(tiny_recipe) -> None:
     run_dir = run(tiny_recipe(generations=2), "run.samples_every=1")
     records = metrics(run_dir)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -30,7 +31,9 @@ from evogan.api import (
     ScoreStream,
     StackedFitness,
     StackedTraining,
+    Variation,
 )
+from evogan.builtin.gan.egan import Egan, EganOptions
 from evogan.builtin.gan.modes import evaluating
 from evogan.builtin.gan.schedule import CriticSchedule
 from evogan.errors import UserError
@@ -125,6 +128,11 @@ class GanOptions(ComponentOptions):
         "exact_proportion", description="how an ensemble splits its samples between generators"
     )
     picture_samples: int = Field(64, ge=1, description="images in a sample grid (2-D data: 1000 points)")
+    egan: EganOptions | None = Field(
+        None,
+        description="E-GAN's variation of every generator step ([problem.egan]): one child per loss, the "
+        "fittest replaces the parent (Wang et al. 2019); none: the plain step with problem.loss",
+    )
     d_batch: Literal["auto", "joint", "separate"] = Field(
         "auto",
         description="a discriminator step's forward: real and fake as one batch (joint), or one pass each "
@@ -168,6 +176,17 @@ class GanProblem(AdversarialProblem[GanOptions]):
         self._cell_data: dict[int, DataSource] = {}  # each cell's share under data dieting
         self._joint_d: bool | None = None  # decided from the first discriminator (all share one architecture)
         self._critic_schedule = options.critic_schedule()  # asked on every batch: built once
+        self.egan = None if options.egan is None else Egan(options.egan, self._mutations(options.egan))
+
+    def _mutations(self, options: EganOptions) -> list[Loss[Any]]:
+        """E-GAN's losses, built by name as ``[problem.loss]`` is (their default options)."""
+        losses = []
+        for name in options.losses:
+            try:
+                losses.append(self.context.build(Loss, ComponentRef(use=name)))
+            except UserError as error:
+                raise UserError(f"problem.egan.losses: {error}") from None
+        return losses
 
     # -------------------------------------------------------------------------------- setup
     def setup(self) -> None:
@@ -289,12 +308,16 @@ class GanProblem(AdversarialProblem[GanOptions]):
         return self.networks.build(role, self.source.sample_shape, generator=generator).to(self.device)
 
     def extra_layout(self, role: Role) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
-        if role != "discriminator" or not self.augment.adaptive:
+        if role == "generator":
+            return {} if self.egan is None else self.egan.wins_layout()
+        if not self.augment.adaptive:
             return {}
         return {name: (t.dtype, tuple(t.shape)) for name, t in self.augment.start().items()}
 
     def individual_metrics(self, individual: Individual) -> dict[str, float]:
-        if individual.role != "discriminator" or not self.augment.adaptive:
+        if individual.role == "generator":  # which of E-GAN's children won (g_egan_minimax, ...)
+            return {} if self.egan is None else self.egan.metrics(individual.extra)
+        if not self.augment.adaptive:
             return {}
         return self.augment.metrics(individual.extra or None)
 
@@ -358,6 +381,14 @@ class GanProblem(AdversarialProblem[GanOptions]):
         )
 
     # -------------------------------------------------------------------------------- training
+    @property
+    def generator_candidates(self) -> int:
+        return 1 if self.egan is None else len(self.egan.losses)
+
+    def before_training(self, job: Variation) -> None:
+        if self.egan is not None:
+            self.egan.begin_generation(job.members["generator"])
+
     def generator_step(
         self,
         attacker: Individual,
@@ -371,6 +402,31 @@ class GanProblem(AdversarialProblem[GanOptions]):
         weighted = [(defender, 1.0)] if isinstance(defender, nn.Module) else list(defender)
         # an adaptive augmentation augments the fakes for each defender with that defender's state
         states = [self.augment_state(d) for d in defenders] if defenders else [None] * len(weighted)
+        single = isinstance(defender, nn.Module)
+
+        def update(loss: Loss[Any]) -> torch.Tensor:
+            return self._generator_update(attacker, weighted, states, z, loss, single=single, generator=generator)
+
+        if self.egan is None:
+            fake_logits = update(self.loss)
+        else:
+            noise = partial(self.noise, generator=generator)
+            fake_logits = self.egan.step(attacker, update, weighted, real, noise, self.precision, generator=generator)
+        return GeneratorStep(z=z, real=real, fake_logits_pre=fake_logits, step=0)
+
+    def _generator_update(
+        self,
+        attacker: Individual,
+        weighted: Sequence[tuple[nn.Module, float]],
+        states: Sequence[Mapping[str, torch.Tensor] | None],
+        z: torch.Tensor,
+        loss_function: Loss[Any],
+        *,
+        single: bool,
+        generator: torch.Generator,
+    ) -> torch.Tensor:
+        """One optimizer step of ``attacker`` on noise ``z`` with ``loss_function``'s generator loss; the
+        detached logits of the first defender on the step's fakes. ``single``: one defender, its loss unweighted."""
         for network, _ in weighted:
             network.requires_grad_(False)  # the defenders' gradients are not needed: skip computing them
         try:
@@ -386,17 +442,17 @@ class GanProblem(AdversarialProblem[GanOptions]):
                 # one generator forward, one discriminator forward per defender
                 all_logits = [network(x).float() for (network, _), x in zip(weighted, fakes, strict=True)]
             fake_logits = all_logits[0]
-            if isinstance(defender, nn.Module):
-                loss = self.loss.generator_loss(fake_logits, generator=generator)
+            if single:
+                loss = loss_function.generator_loss(fake_logits, generator=generator)
             else:
                 loss = torch.zeros((), device=fake.device)
                 for (_, weight), logits in zip(weighted, all_logits, strict=True):
-                    loss = loss + weight * self.loss.generator_loss(logits, generator=generator)
+                    loss = loss + weight * loss_function.generator_loss(logits, generator=generator)
             self.precision.step(attacker.trainer, loss)
         finally:
             for network, _ in weighted:
                 network.requires_grad_(True)
-        return GeneratorStep(z=z, real=real, fake_logits_pre=fake_logits.detach(), step=0)
+        return fake_logits.detach()
 
     def discriminator_step(
         self, attacker: Individual, defender: nn.Module, real: torch.Tensor, *, generator: torch.Generator
@@ -440,6 +496,8 @@ class GanProblem(AdversarialProblem[GanOptions]):
 
         if self.options.clip_weights:
             return "problem.clip_weights: the stacked discriminator step does not clip weights"
+        if self.egan is not None:
+            return "problem.egan: E-GAN's children train one generator at a time (looped)"
         if self.precision.scales_loss:
             return f"run.precision: the stacked steps do not scale losses ({self.precision.name} trains looped)"
         for role, individuals in (("generator", generators), ("discriminator", discriminators)):
