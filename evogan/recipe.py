@@ -228,6 +228,29 @@ def component_field(kind: str, default: str, description: str) -> Any:
     )
 
 
+def component_names_field(kind: str, default: tuple[str, ...], description: str, **constraints: Any) -> Any:
+    """Declare an Options field that lists components of one kind by name (their default options), e.g.
+    E-GAN's losses; the recipe's validation checks each name against the registry."""
+    return Field(default, description=description, json_schema_extra={"evogan_names": kind}, **constraints)
+
+
+def _check_names(
+    registries: Registries, options: BaseModel, path: str, source: str, errors: list[str]
+) -> None:
+    """Check the fields of ``options`` declared with :func:`component_names_field`, in nested tables too."""
+    for field_name, info in type(options).model_fields.items():
+        value = getattr(options, field_name)
+        extra = info.json_schema_extra
+        if isinstance(extra, dict) and "evogan_names" in extra:
+            for name in value:
+                try:
+                    registries[str(extra["evogan_names"])].get(name)
+                except UserError as exc:
+                    errors.append(f"{source}: {path}.{field_name}: {exc}")
+        elif isinstance(value, BaseModel) and not isinstance(value, ComponentRef):
+            _check_names(registries, value, f"{path}.{field_name}", source, errors)
+
+
 def nested_kinds(options_type: type[BaseModel]) -> dict[str, str]:
     """Field name -> component kind, for the fields declared with :func:`component_field`."""
     kinds = {}
@@ -324,6 +347,7 @@ def resolve_choice(
     except ValidationError as exc:
         errors.extend(format_errors(source, options_path or path, exc))
         return None
+    _check_names(registries, options, path, source, errors)
     for field_name, nested_kind in nested_kinds(component.Options).items():
         ref = getattr(options, field_name)
         resolve_choice(
@@ -606,6 +630,7 @@ __all__ = [
     "apply_overrides",
     "build_nested",
     "component_field",
+    "component_names_field",
     "dumps_toml",
     "load",
     "read_toml",

@@ -185,6 +185,17 @@ def test_bad_uses_are_one_line_errors(tiny_recipe, sets: tuple[str, ...], messag
     assert message in one_line_error(tiny_recipe(generations=1), *sets)
 
 
+def test_validate_names_an_unknown_loss_without_building_anything(tiny_recipe) -> None:
+    from click.testing import CliRunner
+
+    from evogan.cli import cli
+
+    path = tiny_recipe(generations=1)
+    result = CliRunner().invoke(cli, ["validate", str(path), "--set", 'problem.egan={losses=["mse", "nope"]}'])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert f"{path}: problem.egan.losses: unknown loss 'nope'" in result.output
+
+
 def test_one_loss_does_not_conflict_with_sparsity(tiny_recipe) -> None:
     # one child is the plain step: the masks follow it as they do any step
     records = metrics(run(tiny_recipe(generations=1), 'problem.egan={losses=["bce"]}', 'sparsity={use="static"}'))

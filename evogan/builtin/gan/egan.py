@@ -28,6 +28,7 @@ from pydantic import Field, field_validator
 from evogan.api import ComponentOptions, Loss
 from evogan.individual import Individual
 from evogan.lazy import lazy
+from evogan.recipe import component_names_field
 
 if TYPE_CHECKING:
     import torch
@@ -46,11 +47,11 @@ class EganOptions(ComponentOptions):
     """E-GAN's variation of each generator step (Wang et al. 2019): one child per loss, the fittest
     child replaces the parent. Leave the table out for the plain step."""
 
-    losses: tuple[str, ...] = Field(
+    losses: tuple[str, ...] = component_names_field(
+        "loss",
         ("minimax", "heuristic", "mse"),
+        "the mutations: a generator loss per child, by loss name (E-GAN: minimax, heuristic, least squares)",
         min_length=1,
-        description="the mutations: a generator loss per child, by loss name (E-GAN: minimax, heuristic, "
-        "least squares)",
     )
     gamma: float = Field(
         0.0,
