@@ -53,9 +53,11 @@ def kid(
         key = (real.shape[0], fake.shape[0], size, index)
         if key not in memo:
             memo[key] = _kernel_sums(x, x)
-        if y is fake and fake_sums is None:
-            fake_sums = _kernel_sums(y, y)
-        values.append(_mmd2(memo[key], fake_sums if y is fake else _kernel_sums(y, y), x, y))
+        if y is not fake:
+            y_sums = _kernel_sums(y, y)
+        else:  # every subset holds the whole fake set: its sums once
+            y_sums = fake_sums = fake_sums or _kernel_sums(y, y)
+        values.append(_mmd2(memo[key], y_sums, x, y))
     spread = torch.tensor(values, dtype=torch.float64)
     return float(spread.mean()), float(spread.std(unbiased=False)) if len(values) > 1 else 0.0
 
