@@ -204,7 +204,8 @@ class Fitness:
         return -math.inf if math.isnan(value) else value
 
     def _logits(self, x: torch.Tensor) -> list[torch.Tensor]:
-        with torch.enable_grad(), self.precision.autocast():
+        # a graph through D only where F_d needs D's gradient: with gamma 0 the forwards are plain
+        with torch.set_grad_enabled(self.gamma > 0), self.precision.autocast():
             return [network(x).float() for network in self.networks]
 
     def _bce(self, logits: Sequence[torch.Tensor], target: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
