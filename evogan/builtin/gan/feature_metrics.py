@@ -45,19 +45,16 @@ def kid(
     whole = size == real.shape[0] == fake.shape[0]
     draw = torch.Generator().manual_seed(0)
     memo = {} if memo is None else memo
-    fake_sums: KernelSums | None = None  # the whole fake set's, when every subset holds all of it
+    # when every subset holds the whole fake set, its sums once
+    fake_sums = _kernel_sums(fake, fake) if size == fake.shape[0] else None
     values = []
     for index in range(1 if whole else subsets):
         x = real if size == real.shape[0] else real[torch.randperm(real.shape[0], generator=draw)[:size]]
-        y = fake if size == fake.shape[0] else fake[torch.randperm(fake.shape[0], generator=draw)[:size]]
+        y = fake if fake_sums is not None else fake[torch.randperm(fake.shape[0], generator=draw)[:size]]
         key = (real.shape[0], fake.shape[0], size, index)
         if key not in memo:
             memo[key] = _kernel_sums(x, x)
-        if y is not fake:
-            y_sums = _kernel_sums(y, y)
-        else:  # every subset holds the whole fake set: its sums once
-            y_sums = fake_sums = fake_sums or _kernel_sums(y, y)
-        values.append(_mmd2(memo[key], y_sums, x, y))
+        values.append(_mmd2(memo[key], fake_sums if fake_sums is not None else _kernel_sums(y, y), x, y))
     spread = torch.tensor(values, dtype=torch.float64)
     return float(spread.mean()), float(spread.std(unbiased=False)) if len(values) > 1 else 0.0
 
