@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -15,6 +15,9 @@ from evogan.cli_common import disable_option, handle_errors
 from evogan.errors import UserError
 from evogan.recipe import POOLS
 from evogan.trained import DEVICES
+
+if TYPE_CHECKING:
+    from evogan.trained import TrainedRun
 
 device_option = click.option("--device", type=click.Choice(DEVICES), help="Override run.device.")
 optimized_option = click.option(
@@ -26,30 +29,96 @@ optimized_option = click.option(
 @click.command()
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.option(
+    "--generation",
+    type=click.IntRange(min=0),
+    help="Score every cell's checkpoint of this generation (default: the newest every cell kept).",
+)
+@click.option(
+    "--along",
+    is_flag=True,
+    help="Score every generation at which all cells kept a checkpoint, oldest first: one row each "
+    "(the chosen mixture and the means over the cells, test stream). Keep more with run.keep_checkpoints.",
+)
 @device_option
 @optimized_option
 @disable_option
 @handle_errors
 def evaluate(
-    run_dir: Path, as_json: bool, device: str | None, optimized: str | None, disable: tuple[str, ...]
+    run_dir: Path,
+    as_json: bool,
+    generation: int | None,
+    along: bool,
+    device: str | None,
+    optimized: str | None,
+    disable: tuple[str, ...],
 ) -> None:
     """Score every cell's best generator and its mixture ensemble from RUN_DIR's checkpoints on the test
     stream, choose the best mixture on the validation stream (shown beside it), and average the test
-    scores over the cells; with --optimized, the optimised ensemble on both streams too."""
+    scores over the cells; with --optimized, the optimised ensemble on both streams too; with --along,
+    the same at every generation the checkpoints cover."""
+    from evogan.trained import load
+
+    if along and (generation is not None or optimized):
+        raise UserError("--along scores every kept generation: it takes neither --generation nor --optimized")
+    trained = load(run_dir, device=device, disable=disable, generation=generation)
+    if along:
+        _evaluate_along(trained, as_json)
+    else:
+        _evaluate_once(trained, as_json, optimized)
+
+
+def _scored(trained: TrainedRun) -> dict[str, Any]:
+    from evogan.engine.run import reported
+
+    scores = trained.scores()
+    alone = trained.problem.roles[0]
+    return {"run": str(trained.path), **reported(scores, alone), "cells": scores, **trained.problem.describe()}
+
+
+def _evaluate_along(trained: TrainedRun, as_json: bool) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    generations = trained.generations
+    console = Console(stderr=as_json)
+    rows = []
+    for generation in generations:
+        console.print(f"scoring generation {generation} ({generations.index(generation) + 1}/{len(generations)})")
+        result = _scored(trained.at(generation))
+        rows.append({"generation": generation, **{k: v for k, v in result.items() if k not in ("run", "cells")}})
+    if as_json:
+        click.echo(json.dumps({"run": str(trained.path), "along": rows}, indent=2, default=float))
+        return
+    alone = trained.problem.roles[0]
+    keys = list(rows[0]["best_mixture"]) if rows else []
+    table = Table(box=None, header_style="bold", title="test stream; the best mixture is chosen on validation")
+    columns = ["generation", "best cell", *[f"mixture {k}" for k in keys], *[f"mean {alone} {k}" for k in keys]]
+    for column in columns:
+        table.add_column(column, justify="right")
+    for row in rows:
+        table.add_row(
+            str(row["generation"]),
+            str(row["best_cell"]),
+            *[f"{row['best_mixture'][k]:.4g}" for k in keys],
+            *[f"{row['mean_over_cells'][alone][k]:.4g}" for k in keys],
+        )
+    console.print(table)
+
+
+def _evaluate_once(trained: TrainedRun, as_json: bool, optimized: str | None) -> None:
     from rich.console import Console
     from rich.table import Table
 
     from evogan.builtin.reporter import metrics_text, summary_lines
     from evogan.engine.ensemble import optimized_ensemble
-    from evogan.engine.run import reported
     from evogan.rng import score_generator
-    from evogan.trained import load
 
-    trained = load(run_dir, device=device, disable=disable)
-    scores = trained.scores()
+    result = _scored(trained)
+    scores = result["cells"]
     alone = trained.problem.roles[0]
-    result = {"run": str(run_dir), **reported(scores, alone), "cells": scores, **trained.problem.describe()}
     best = str(result["best_cell"])
+    run_dir = trained.path
     if optimized:
         problem, seed = trained.problem, trained.recipe.run.seed
         networks, weights, chosen = optimized_ensemble(run_dir, optimized, trained.cells)

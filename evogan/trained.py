@@ -3,6 +3,8 @@ ensemble), ``run.generator(cell=3)`` (a torch module), ``run.metrics(cell=3)`` o
 
 ``evogan evaluate``, ``sample`` and ``export`` load runs here too: every cell from its newest valid checkpoint (the
 newest generation all cells share), holding its neighbours' best generators, as the run's final scoring saw them.
+``evogan.load(run_dir, generation=50)`` or ``run.at(50)`` load an earlier checkpoint every cell kept
+(``run.generations``), to score a run along its training.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from evogan.api import Problem
+    from evogan.api import Problem, Topology
     from evogan.engine.cell import Cell, CellSettings
     from evogan.engine.rundir import RunDirectory
     from evogan.recipe import Recipe
@@ -71,10 +73,34 @@ class TrainedRun:
     """A run directory's cells loaded from their checkpoints, with the recipe's problem set up."""
 
     def __init__(
-        self, run_dir: RunDirectory, recipe: Recipe, settings: CellSettings, cells: list[Cell]
+        self,
+        run_dir: RunDirectory,
+        recipe: Recipe,
+        settings: CellSettings,
+        cells: list[Cell],
+        topology: Topology | None = None,
     ) -> None:
         self.run_dir, self.recipe, self.settings, self.cells = run_dir, recipe, settings, cells
+        self.topology = topology
         self._scoring_ready = False
+
+    @property
+    def generations(self) -> list[int]:
+        """Generations at which every cell kept a checkpoint, oldest first (how many a run keeps:
+        ``run.checkpoint_every`` and ``run.keep_checkpoints``)."""
+        return self.run_dir.shared_generations(range(len(self.cells)))
+
+    def at(self, generation: int) -> TrainedRun:
+        """The same run with every cell loaded from its checkpoint at ``generation`` (one of
+        :attr:`generations`), sharing this one's problem, data and metric: scoring a run along its
+        training without setting the problem up again. ``UserError`` when a cell lacks that checkpoint."""
+        from evogan.engine.run import build_topology, load_cells
+
+        topology = self.topology or build_topology(self.recipe)
+        cells = load_cells(self.run_dir, self.settings, topology, generation)
+        other = TrainedRun(self.run_dir, self.recipe, self.settings, cells, topology)
+        other._scoring_ready = self._scoring_ready
+        return other
 
     @property
     def path(self) -> Path:
@@ -220,8 +246,10 @@ class TrainedRun:
         return path
 
 
-def load(path: Path | str, *, device: str | None = None, disable: tuple[str, ...] = ()) -> TrainedRun:
-    """Load a run directory's cells from their checkpoints.
+def load(
+    path: Path | str, *, device: str | None = None, disable: tuple[str, ...] = (), generation: int | None = None
+) -> TrainedRun:
+    """Load a run directory's cells from their checkpoints (the newest, or every cell's at ``generation``).
 
     :param device: ``cpu``, ``cuda`` or ``auto``: where the networks run (default: the recipe's ``run.device``).
     :param disable: plugins not to load (names as for ``--disable-plugin``).
@@ -243,8 +271,9 @@ def load(path: Path | str, *, device: str | None = None, disable: tuple[str, ...
     registries = Registries.from_plugin_manager(make_plugin_manager(blocked=disable))
     recipe = recipes.load(run_dir.recipe_path, registries)
     settings = build_settings(recipe, registries, None, pick_device(device or recipe.run.device), scoring=False)
-    cells = load_cells(run_dir, settings, build_topology(recipe))
-    return TrainedRun(run_dir, recipe, settings, cells)
+    topology = build_topology(recipe)
+    cells = load_cells(run_dir, settings, topology, generation)
+    return TrainedRun(run_dir, recipe, settings, cells, topology)
 
 
 __all__ = ["Mixture", "TrainedRun", "load"]

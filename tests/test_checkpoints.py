@@ -96,6 +96,32 @@ def test_evaluate_uses_the_newest_valid_checkpoints(tiny_recipe) -> None:
     assert {cell["generation"] for cell in scores["cells"].values()} == {1}
 
 
+def test_evaluate_scores_an_earlier_generation_and_along_the_run(tiny_recipe) -> None:
+    import evogan
+
+    run_dir = run(tiny_recipe(generations=3), "run.checkpoint_every=1", "run.keep_checkpoints=5")
+    along = invoke("evaluate", str(run_dir), "--along", "--json")
+    assert along.exit_code == 0, along.output
+    rows = json.loads(along.stdout[along.stdout.index("{") :])["along"]
+    assert [row["generation"] for row in rows] == [1, 2, 3]
+    # each row is what scoring that generation alone gives, and the newest is the plain evaluate
+    for generation in (1, 3):
+        once = invoke("evaluate", str(run_dir), "--generation", str(generation), "--json")
+        scores = json.loads(once.output[once.output.index("{") :])
+        assert {cell["generation"] for cell in scores["cells"].values()} == {generation}
+        row = rows[generation - 1]
+        assert row["best_mixture"] == scores["best_mixture"]
+        assert row["mean_over_cells"] == scores["mean_over_cells"]
+    trained = evogan.load(run_dir)
+    assert trained.generations == [1, 2, 3]
+    assert {cell.generation for cell in trained.at(2).cells} == {2}
+    missing = invoke("evaluate", str(run_dir), "--generation", "7")
+    assert missing.exit_code == 2 and "Traceback" not in missing.output
+    assert "generation 7 has no checkpoint of every cell (generations every cell kept: 1, 2, 3)" in missing.output
+    both = invoke("evaluate", str(run_dir), "--along", "--generation", "1")
+    assert both.exit_code == 2 and "--along" in both.output
+
+
 # ------------------------------------------------------------------------------------------ write failures
 def fail_writes(monkeypatch: pytest.MonkeyPatch, pattern: str, after: int = 0) -> None:
     """Write-opens of a path matching ``pattern`` fail as on a full disk, after the first ``after``."""

@@ -535,10 +535,23 @@ def score_cells(cells: Sequence[Cell], settings: CellSettings, seed: int) -> dic
     return scores
 
 
-def load_cells(run_dir: RunDirectory, settings: CellSettings, topology: Topology) -> list[Cell]:
-    """Every cell from its checkpoint, each holding its neighbours' best individuals (for mixtures)."""
+def load_cells(
+    run_dir: RunDirectory, settings: CellSettings, topology: Topology, generation: int | None = None
+) -> list[Cell]:
+    """Every cell from its checkpoint (the newest, or every cell's at ``generation``), each holding its
+    neighbours' best individuals (for mixtures)."""
     cells = [Cell(i, topology.neighbours(i), settings) for i in range(topology.cells)]
-    points = run_dir.resume_points(range(topology.cells))
+    if generation is None:
+        points = run_dir.resume_points(range(topology.cells))
+    else:
+        shared = run_dir.shared_generations(range(topology.cells))
+        if generation not in shared:
+            kept = ", ".join(map(str, shared)) or "none"
+            raise UserError(
+                f"{run_dir.path}: generation {generation} has no checkpoint of every cell "
+                f"(generations every cell kept: {kept})"
+            )
+        points = dict.fromkeys(range(topology.cells), generation)
     for cell in cells:
         cell.load_state(run_dir.load_checkpoint(cell.index, points[cell.index]))
     for cell in cells:

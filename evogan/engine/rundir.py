@@ -274,6 +274,15 @@ class RunDirectory:
             self.warn(f"{path}: skipped, checkpoint {reason}")
         return valid
 
+    def shared_generations(self, cells: Iterable[int]) -> list[int]:
+        """Generations at which every one of ``cells`` has a valid checkpoint, oldest first: the points a
+        run can be scored at as a whole (``evogan evaluate --along``)."""
+        shared: set[int] | None = None
+        for cell in cells:
+            valid = set(self.valid_generations(cell))
+            shared = valid if shared is None else shared & valid
+        return sorted(shared or ())
+
     def resume_points(self, cells: Iterable[int]) -> dict[int, int]:
         """Per cell, the generation to resume from (see :func:`resume_points`); UserError when a cell
         has no valid checkpoint at all."""
