@@ -185,10 +185,14 @@ def cost_per_generation(recipe: recipes.Recipe, registries: Registries) -> Itera
     f_d = count_forward_flops(problem.create("discriminator", generator=draw), real, {}).forward()
     topology = build_topology(recipe)
     size, batch = recipe.population.size, problem.options.batch_size
-    faced = [discriminators_faced(settings.pairing, recipe, topology.neighbours(c), c) for c in range(topology.cells)]
     generation = 0
     while True:
         generation += 1
+        progress = (generation - 1) / max(1, recipe.run.generations)  # a pairing's schedule follows it
+        faced = [
+            discriminators_faced(settings.pairing, recipe, topology.neighbours(c), c, progress)
+            for c in range(topology.cells)
+        ]
         total, steps = 0.0, 0
         for cell in range(topology.cells):
             where = {"cell": cell, "generation": generation}
@@ -215,16 +219,18 @@ def egan_step_cost(egan: Any, f_g: float, f_d: float, batch: int) -> float:
     return cost
 
 
-def discriminators_faced(pairing_component: Any, recipe: recipes.Recipe, neighbours: Sequence[int], cell: int) -> int:
-    """How many discriminators one generator step of ``cell`` runs: asked of the pairing itself, on the
-    opponents a generation gives it (as :meth:`evogan.engine.cell.Cell.opponents`)."""
+def discriminators_faced(
+    pairing_component: Any, recipe: recipes.Recipe, neighbours: Sequence[int], cell: int, progress: float = 0.0
+) -> int:
+    """How many discriminators one generator step of ``cell`` runs at ``progress`` through the run: asked of
+    the pairing itself, on the opponents a generation gives it (as :meth:`evogan.engine.cell.Cell.opponents`)."""
     size = recipe.population.size
     own = [object() for _ in range(size)]
     peers = len(set(neighbours) - {cell})
     offspring_only = recipe.population.selection and recipe.population.opponents == "offspring"
     neighbourhood = own if offspring_only else own + [object() for _ in range(size * peers)]
     weights = [1 / len(neighbourhood)] * len(neighbourhood)
-    opponents = Opponents(own=own, neighbourhood=neighbourhood, weights=weights)  # type: ignore[arg-type]
+    opponents = Opponents(own=own, neighbourhood=neighbourhood, weights=weights, progress=progress)  # type: ignore[arg-type]
     return len(pairing_component.generator_opponents(opponents, rng=np.random.default_rng(0)))
 
 

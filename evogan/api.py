@@ -127,11 +127,14 @@ class Opponents:
     :param neighbourhood: what the reference draws from: own plus the neighbours' copies, frozen for the
         generation (with selection on: the offspring, as Lipizzaner).
     :param weights: the cell's mixture weight of each ``neighbourhood`` member's cell, summing to one.
+    :param progress: how far the run is, from 0 in its first generation to just under 1 in its last
+        (``(generation - 1) / run.generations``): for pairings whose coupling follows a schedule.
     """
 
     own: Sequence[Individual]
     neighbourhood: Sequence[Individual]
     weights: Sequence[float]
+    progress: float = 0.0
 
 
 Faced = list[tuple["Individual", float]]

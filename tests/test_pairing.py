@@ -55,7 +55,7 @@ VARIED_CASES = {
     "selection": [],
     "in_place": ["population.selection=false", "population.size=2"],
 }
-PAIRINGS = ("reference", "own_pair", "g_neighbourhood", "g_mixture")
+PAIRINGS = ("reference", "own_pair", "g_neighbourhood", "g_mixture", "neighbour_share")
 # mnist-adapt.toml is not one: it runs the sparse benchmark's settings (the demo's pairing among them)
 PAPER_RECIPES = ("mnist.toml", "cifar10.toml", "cifar10-sngan.toml", "celeba.toml")
 
@@ -148,10 +148,10 @@ def centre_cell(tiny_recipe, overrides: list[str]) -> Cell:
     return target
 
 
-def one_generation(tiny_recipe, pairing: str, batches: int = 40) -> tuple[Spy, Cell]:
+def one_generation(tiny_recipe, pairing: str, batches: int = 40, options: str = "") -> tuple[Spy, Cell]:
     """Cell 4 of a 3x3 torus trains one seeded generation after one exchange."""
     overrides = ["population.selection=false", f"problem.batches_per_generation={batches}"]
-    target = centre_cell(tiny_recipe, [*overrides, f'pairing={{use="{pairing}"}}'])
+    target = centre_cell(tiny_recipe, [*overrides, f'pairing={{use="{pairing}"{options}}}'])
     faced = Spy(target)
     target.step()
     return faced, target
@@ -237,6 +237,64 @@ def test_a_weighted_step_against_one_discriminator_equals_the_plain_step(tiny_re
     assert all(p.requires_grad for p in (*first.parameters(), *second.parameters()))
 
 
+def test_neighbour_share_faces_neighbours_for_its_share_of_the_steps(tiny_recipe) -> None:
+    options = ", generator_share=0.5, discriminator_share=0.25"
+    faced, _ = one_generation(tiny_recipe, "neighbour_share", batches=200, options=options)
+    assert all(len(step) == 1 and step[0][1] == 1.0 for step in faced.generator_steps)
+    g_counts = Counter(step[0][0] for step in faced.generator_steps)
+    d_counts = Counter(faced.discriminator_steps)
+    assert set(g_counts) == set(d_counts) == NEIGHBOURHOOD  # every neighbour drawn for both roles
+    assert 70 < 200 - g_counts["own"] < 130  # about half the generator steps (binomial sd 7)
+    assert 25 < 200 - d_counts["own"] < 75  # about a quarter of the discriminator steps (sd 6)
+
+
+def test_neighbour_share_of_zero_is_own_pair_bit_for_bit(tiny_recipe) -> None:
+    path = tiny_recipe(seed=3, generations=2)
+    zero = 'pairing={use="neighbour_share", generator_share=0.0}'
+    shared = records(run(path, "population.selection=false", zero))
+    alone = records(run(path, "population.selection=false", 'pairing.use="own_pair"'))
+    assert [r["g_loss"] for r in shared] == [r["g_loss"] for r in alone]
+    assert [r["d_loss"] for r in shared] == [r["d_loss"] for r in alone]
+
+
+def test_neighbour_share_blend_weighs_own_and_neighbours_in_every_step(tiny_recipe) -> None:
+    faced, _ = one_generation(tiny_recipe, "neighbour_share", 6, ", generator_share=0.4, blend=true")
+    for step in faced.generator_steps:
+        assert step[0] == ("own", pytest.approx(0.6))  # the principal opponent stays the own critic
+        assert {who for who, _ in step[1:]} == NEIGHBOURHOOD - {"own"}
+        assert all(w == pytest.approx(0.1) for _, w in step[1:])  # 0.4 split by the uniform mixture
+    assert faced.discriminator_steps == ["own"] * 6
+
+
+@pytest.mark.parametrize(
+    ("fade", "until", "expected"),
+    [
+        ("none", 1.0, [1.0, 1.0, 1.0, 1.0]),
+        ("linear", 1.0, [1.0, 0.75, 0.5, 0.25]),
+        ("linear", 0.5, [1.0, 0.5, 0.0, 0.0]),
+        ("cosine", 1.0, [1.0, 0.8535534, 0.5, 0.1464466]),
+    ],
+)
+def test_neighbour_share_fades_on_its_schedule(fade: str, until: float, expected: list[float]) -> None:
+    from evogan.builtin.pairing import NeighbourShare
+
+    pairing = NeighbourShare(NeighbourShare.Options(fade=fade, fade_until=until))
+    assert [pairing.scale(p) for p in (0.0, 0.25, 0.5, 0.75)] == pytest.approx(expected)
+
+
+def test_a_faded_neighbour_share_trains_only_the_own_pair_once_faded(tiny_recipe) -> None:
+    options = ", generator_share=1.0, discriminator_share=1.0, fade='linear', fade_until=0.5"
+    overrides = ["population.selection=false", "problem.batches_per_generation=10", "run.generations=2"]
+    target = centre_cell(tiny_recipe, [*overrides, f'pairing={{use="neighbour_share"{options}}}'])
+    faced = Spy(target)
+    target.step()  # progress 0: every step faces a neighbour
+    assert "own" not in {step[0][0] for step in faced.generator_steps} and "own" not in faced.discriminator_steps
+    faced.generator_steps.clear()
+    faced.discriminator_steps.clear()
+    target.step()  # progress 0.5: faded out
+    assert faced.generator_steps == [[("own", 1.0)]] * 10 and faced.discriminator_steps == ["own"] * 10
+
+
 # ------------------------------------------------------------------------------------------ reproducible
 @pytest.mark.parametrize("pairing", PAIRINGS)
 def test_same_seed_and_resume_are_exact_under_every_pairing(tiny_recipe, pairing: str) -> None:
@@ -277,7 +335,7 @@ def test_an_unknown_pairing_is_a_one_line_recipe_error(tiny_recipe) -> None:
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and "Traceback" not in result.output
     assert lines[0].startswith(f"error: {path}: pairing.use: unknown pairing 'mixture'")
-    assert "available: g_mixture, g_neighbourhood, own_pair, reference" in lines[0]
+    assert "available: g_mixture, g_neighbourhood, neighbour_share, own_pair, reference" in lines[0]
     bad_option = CliRunner().invoke(cli, ["validate", str(path), "--set", "pairing={use='own_pair', k=1}"])
     assert bad_option.exit_code == 2 and f"{path}: pairing.k: unknown key" in bad_option.output
 

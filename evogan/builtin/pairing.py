@@ -6,12 +6,14 @@ With selection on, ``own`` and ``neighbourhood`` are both the cell's offspring (
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar, Literal
 
 import numpy as np
+from pydantic import Field, model_validator
 
-from evogan.api import Faced, Opponents, Pairing
+from evogan.api import ComponentOptions, Faced, Opponents, Pairing
 from evogan.hookspecs import Register, hookimpl
 
 if TYPE_CHECKING:
@@ -97,7 +99,82 @@ class GeneratorMixture(Pairing):
         return _draw(generators.own, rng)
 
 
+def _neighbours(opponents: Opponents) -> tuple[list[Individual], list[float]]:
+    """The neighbourhood members that are not the cell's own, with their mixture weights."""
+    own = {id(individual) for individual in opponents.own}
+    pairs = [(i, w) for i, w in zip(opponents.neighbourhood, opponents.weights, strict=True) if id(i) not in own]
+    return [i for i, _ in pairs], [w for _, w in pairs]
+
+
+class NeighbourShare(Pairing["NeighbourShare.Options"]):
+    """Each cell trains its own pair and couples to its neighbours for a set share of the steps, a share
+    that may fade as the run goes on."""
+
+    name: ClassVar[str] = "neighbour_share"
+    description: ClassVar[str] = (
+        "each cell trains its own pair (as own_pair) and faces its neighbours for a set share of the "
+        "steps: a generator step faces a neighbour's discriminator (drawn uniformly) with probability "
+        "generator_share, a discriminator step a neighbour's generator with probability "
+        "discriminator_share, so the critics a generator meets have seen its samples; both shares may "
+        "fade to zero as training goes on (fade, fade_until). Reasoning: under g_neighbourhood most "
+        "generator steps face critics that never trained on that generator, and on MNIST the grid's "
+        "generators got worse the longer they trained (benchmarks/RESULTS.md, issue 35)."
+    )
+
+    class Options(ComponentOptions):
+        generator_share: float = Field(
+            0.25, ge=0, le=1, description="chance that a generator step faces a neighbour's discriminator"
+        )
+        discriminator_share: float = Field(
+            0.0, ge=0, le=1, description="chance that a discriminator step faces a neighbour's generator"
+        )
+        blend: bool = Field(
+            False,
+            description="a generator step faces its own discriminator and every neighbour's at once, the "
+            "neighbours' weighted by the mixture and together by generator_share (costs a D forward each), "
+            "instead of drawing one",
+        )
+        fade: Literal["none", "linear", "cosine"] = Field(
+            "none", description="how both shares fall to zero over the run: not, linearly or on a half cosine"
+        )
+        fade_until: float = Field(
+            1.0, gt=0, le=1, description="the fraction of the run's generations at which a fading share reaches 0"
+        )
+
+        @model_validator(mode="after")
+        def _blend_keeps_its_own_critic(self) -> NeighbourShare.Options:
+            if self.blend and self.generator_share == 1.0:
+                raise ValueError("blend with generator_share = 1 never faces the own discriminator: use g_mixture")
+            return self
+
+    def scale(self, progress: float) -> float:
+        """The factor on both shares at ``progress`` (0 at the run's start, towards 1 at its end)."""
+        options = self.options
+        if options.fade == "none":
+            return 1.0
+        done = min(1.0, progress / options.fade_until)
+        return 1.0 - done if options.fade == "linear" else 0.5 * (1.0 + math.cos(math.pi * done))
+
+    def generator_opponents(self, discriminators: Opponents, *, rng: np.random.Generator) -> Faced:
+        share = self.options.generator_share * self.scale(discriminators.progress)
+        neighbours, weights = _neighbours(discriminators)
+        own = _draw(discriminators.own, rng)
+        if not neighbours or share == 0.0:
+            return [(own, 1.0)]
+        if self.options.blend:
+            total = sum(weights)
+            return [(own, 1.0 - share), *((n, share * w / total) for n, w in zip(neighbours, weights, strict=True))]
+        return [(_draw(neighbours, rng), 1.0)] if rng.random() < share else [(own, 1.0)]
+
+    def discriminator_opponent(self, generators: Opponents, *, rng: np.random.Generator) -> Individual:
+        share = self.options.discriminator_share * self.scale(generators.progress)
+        neighbours, _ = _neighbours(generators)
+        if neighbours and share > 0.0 and rng.random() < share:
+            return _draw(neighbours, rng)
+        return _draw(generators.own, rng)
+
+
 @hookimpl
 def evogan_register_pairings(register: Register) -> None:
-    for pairing in (Reference, OwnPair, GeneratorNeighbourhood, GeneratorMixture):
+    for pairing in (Reference, OwnPair, GeneratorNeighbourhood, GeneratorMixture, NeighbourShare):
         register(pairing)

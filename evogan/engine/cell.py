@@ -354,8 +354,14 @@ class Cell:
             incumbents = {}
         lap("selection")
 
+        progress = (self.generation - 1) / max(1, settings.recipe.run.generations)
         opponents = {
-            role: Opponents(own=members[other], neighbourhood=faced[role], weights=self._cell_weights(faced[role]))
+            role: Opponents(
+                own=members[other],
+                neighbourhood=faced[role],
+                weights=self._cell_weights(faced[role]),
+                progress=progress,
+            )
             for role, other in zip(roles, roles[::-1], strict=True)
         }
         job = Variation(
