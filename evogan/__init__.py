@@ -12,13 +12,16 @@ if TYPE_CHECKING:
     from evogan.trained import TrainedRun
 
 
-def load(path: Path | str, *, device: str | None = None, disable: tuple[str, ...] = ()) -> TrainedRun:
-    """A finished (or stopped) run's cells from their checkpoints: see :func:`evogan.trained.load`.
+def load(
+    path: Path | str, *, device: str | None = None, disable: tuple[str, ...] = (), generation: int | None = None
+) -> TrainedRun:
+    """A finished (or stopped) run's cells from their checkpoints (the newest, or every cell's at
+    ``generation``): see :func:`evogan.trained.load`.
 
     Defined here, importing torch only when called, so ``import evogan`` stays light."""
     from evogan.trained import load as load_run
 
-    return load_run(path, device=device, disable=disable)
+    return load_run(path, device=device, disable=disable, generation=generation)
 
 
 __all__ = ["__version__", "hookimpl", "load"]

@@ -36,8 +36,15 @@ def registries() -> Registries:
 def test_the_controls_are_named_and_the_lone_gan_gets_the_grids_training_flops(registries) -> None:
     configs = {c.name: c for c in _controls.plan(SCRIPT, arguments("--grids", "1x1", "3x3"), registries)}
     assert set(configs) == {
-        "grid-1x1", "lone-steps", "grid-3x3", "lone-flops-3x3", "independent-3x3",
-        *(f"pairing-{name}-3x3" for name in ("g_mixture", "g_neighbourhood", "own_pair", "reference")),
+        "grid-1x1",
+        "lone-steps",
+        "grid-3x3",
+        "lone-flops-3x3",
+        "independent-3x3",
+        *(
+            f"pairing-{name}-3x3"
+            for name in ("g_mixture", "g_neighbourhood", "neighbour_share", "own_pair", "reference")
+        ),
     }
     assert configs["independent-3x3"].overrides == ('pairing={use="own_pair"}', "population.selection=false")
     # g_mixture's generator step runs the 3x3 von Neumann neighbourhood's five discriminators
@@ -80,6 +87,20 @@ def test_a_generator_step_faces_what_the_pairing_says(registries, overrides: tup
     recipe = _controls.load(SCRIPT, registries, _controls.overrides_of(SCRIPT, arguments(), config, 0, Path("/tmp")))
     pairing = recipe.choices["pairing"].create(Pairing)
     assert _controls.discriminators_faced(pairing, recipe, (1, 2, 3, 6), 0) == faced
+
+
+@pytest.mark.parametrize(
+    ("options", "progress", "faced"),
+    [("blend=true", 0.0, 5), ("blend=true, fade='linear', fade_until=0.5", 0.6, 1), ("", 0.0, 1)],
+)
+def test_a_neighbour_share_step_faces_its_blend_until_it_fades(
+    registries, options: str, progress: float, faced: int
+) -> None:
+    table = f'pairing={{use="neighbour_share", generator_share=0.5, {options}}}'.replace(", }", "}")
+    config = _controls.Configuration("", 3, 3, (table,), 1, "")
+    recipe = _controls.load(SCRIPT, registries, _controls.overrides_of(SCRIPT, arguments(), config, 0, Path("/tmp")))
+    pairing = recipe.choices["pairing"].create(Pairing)
+    assert _controls.discriminators_faced(pairing, recipe, (1, 2, 3, 6), 0, progress) == faced
 
 
 def record(config: str, seed: int, modes: float, **extra: Any) -> dict[str, Any]:
@@ -129,9 +150,21 @@ def test_summarise_rederives_the_tables_from_the_logs_alone(tmp_path: Path, caps
 
 def test_a_run_writes_one_log_line_that_summarise_reads(tmp_path: Path, capsys) -> None:
     args = arguments(
-        "--grids", "1x1", "--generations", "1", "--seeds", "4", "--configs", "grid-1x1",
-        "--set", "problem.batches_per_generation=2", "problem.score_samples=200",
-        "--log-dir", str(tmp_path), "--output-dir", str(tmp_path / "runs"),
+        "--grids",
+        "1x1",
+        "--generations",
+        "1",
+        "--seeds",
+        "4",
+        "--configs",
+        "grid-1x1",
+        "--set",
+        "problem.batches_per_generation=2",
+        "problem.score_samples=200",
+        "--log-dir",
+        str(tmp_path),
+        "--output-dir",
+        str(tmp_path / "runs"),
     )
     path = _controls.run_matrix(SCRIPT, args)
     assert path.parent == tmp_path / "mode_collapse" and path.suffix == ".jsonl"
@@ -147,3 +180,60 @@ def test_a_run_writes_one_log_line_that_summarise_reads(tmp_path: Path, capsys) 
     capsys.readouterr()
     _controls.summarise(SCRIPT, [tmp_path / "mode_collapse"])
     assert "| grid-1x1 | 1x1 | g_mixture | false | 1 | 4 |" in capsys.readouterr().out
+
+
+def test_the_horizon_sweep_scores_one_run_per_configuration_at_every_horizon(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:
+    import horizon
+
+    argv = ["horizon.py", "--of", "mode_collapse", "--grids", "2x2", "--horizons", "2", "4", "--seeds", "5"]
+    argv += [
+        "--configs",
+        "grid-2x2",
+        "lone-flops-2x2",
+        "--log-dir",
+        str(tmp_path),
+        "--output-dir",
+        str(tmp_path / "runs"),
+    ]
+    argv += ["--set", "problem.batches_per_generation=2", "problem.score_samples=200", "problem.fitness_samples=50"]
+    monkeypatch.setattr(sys, "argv", argv)
+    horizon.main()
+    (log,) = (tmp_path / "horizon").glob("*.jsonl")
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [(r["configs"], r["horizon"]) for r in lines] == [
+        (["grid-2x2"], 2),
+        (["grid-2x2"], 4),
+        (["lone-flops-2x2"], 2),
+        (["lone-flops-2x2"], 4),
+    ]
+    grid, lone = lines[:2], lines[2:]
+    assert [r["generation"] for r in grid] == [1, 2]
+    # the lone GAN is scored where its FLOPs come nearest the grid's at the same horizon
+    assert all(abs(a["training_flops"] / b["training_flops"] - 1) < 0.2 for a, b in zip(grid, lone, strict=True))
+    assert lone[1]["generation"] > grid[1]["generation"]
+    # a horizon's line is what `evogan evaluate --generation` reports for that checkpoint
+    import evogan
+    from evogan.engine.run import reported
+
+    trained = evogan.load(grid[0]["run_dir"], generation=1)
+    assert reported(trained.scores(), "generator")["best_mixture"] == grid[0]["test"]["best_mixture"]
+    capsys.readouterr()
+    monkeypatch.setattr(
+        sys,
+        "argv",
+        [
+            "horizon.py",
+            "--of",
+            "mode_collapse",
+            "--summarise",
+            str(tmp_path / "horizon"),
+            "--plot",
+            str(tmp_path / "horizon.png"),
+        ],
+    )
+    horizon.main()
+    out = capsys.readouterr().out
+    assert "| grid-2x2 | 4 | 5 |" in out and "| 4 | grid-2x2 | lone-flops-2x2 |" in out
+    assert (tmp_path / "horizon.png").read_bytes().startswith(b"\x89PNG")
