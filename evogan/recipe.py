@@ -106,6 +106,13 @@ class PopulationSection(_Table):
         description="with selection on, whom offspring train against: the other role's offspring "
         "(Lipizzaner), or those and the neighbours' copies (what the pairings draw from with selection off)",
     )
+    migration_every: int = Field(
+        0,
+        ge=0,
+        description="every k generations a cell takes its best neighbour's pair (its best of each role) in place "
+        "of its worst when that neighbour's scored individual (a GAN's generator) scores better on the "
+        "validation stream (0: never)",
+    )
 
 
 class OptimizeSection(_Table):

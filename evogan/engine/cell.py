@@ -28,6 +28,7 @@ from evogan.api import (
     Variation,
 )
 from evogan.engine.codec import Codec, Manifest, Message
+from evogan.engine.migration import migrate
 from evogan.engine.optimizer_state import load_optimizer_state
 from evogan.errors import MessageRejected, UserError
 from evogan.individual import Individual
@@ -395,10 +396,15 @@ class Cell:
         lap("replacement")
 
         self._memo = {}
+        every = population.migration_every
+        migration: dict[str, Any] = {}
+        if every:  # records and timings of runs without migration stay as they were
+            migration["migrated_from"] = migrate(self, pool, data, rnd) if self.generation % every == 0 else None
+            lap("migration")
         mixture_metrics = self._evolve_mixture(rnd)
         lap("mixture")
 
-        self._record(pool, replaced, mixture_metrics)
+        self._record(pool, replaced, mixture_metrics, migration)
         return timings
 
     def varying(self, job: Variation) -> Iterator[int]:
@@ -518,6 +524,7 @@ class Cell:
         pool: Mapping[Role, Sequence[Individual]],
         replaced: Mapping[str, bool],
         mixture_metrics: Mapping[str, float],
+        extra: Mapping[str, Any],
     ) -> None:
         """Append the generation's record to the logbook. Appended whole: ``Logbook.record`` would move
         each nested table (neighbourhood statistics, mixture, staleness...) into a chapter of its own.
@@ -550,6 +557,7 @@ class Cell:
         }
         if metrics:  # records of a problem that reports none stay as they were
             record["individual_metrics"] = metrics
+        record.update(extra)
         self.logbook.append(record)
 
     # -------------------------------------------------------------------------------- checkpoints
