@@ -12,17 +12,43 @@ untouched.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from evogan.rng import score_generator
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
-    from evogan.api import Role
-    from evogan.engine.cell import Cell
+    import torch
+
+    from evogan.api import Problem, Role
     from evogan.individual import Individual
     from evogan.rng import CellRandom
+
+
+class _Seeded(Protocol):
+    @property
+    def seed(self) -> int: ...
+
+
+class Cell(Protocol):
+    """What migration needs of a cell (:class:`evogan.engine.cell.Cell` has it; named here as a protocol
+    because the cell calls this module)."""
+
+    index: int
+    foreign: dict[int, dict[Role, Individual]]
+
+    @property
+    def roles(self) -> Sequence[Role]: ...
+    @property
+    def problem(self) -> Problem: ...
+    @property
+    def settings(self) -> _Seeded: ...
+    def best(self, role: Role) -> Individual: ...
+    def population(self, role: Role) -> list[Individual]: ...
+    def evaluated(self, individual: Individual) -> torch.nn.Module: ...
+    @property
+    def evaluate(self) -> Callable[..., None]: ...  # Cell.evaluate
 
 
 def validation_score(cell: Cell, individual: Individual) -> float:

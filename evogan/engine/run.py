@@ -546,11 +546,8 @@ def load_cells(
     else:
         shared = run_dir.shared_generations(range(topology.cells))
         if generation not in shared:
-            kept = ", ".join(map(str, shared)) or "none"
-            raise UserError(
-                f"{run_dir.path}: generation {generation} has no checkpoint of every cell "
-                f"(generations every cell kept: {kept})"
-            )
+            kept = f"generations every cell kept: {', '.join(map(str, shared))}" if shared else "no generation has"
+            raise UserError(f"{run_dir.path}: generation {generation} has no checkpoint of every cell ({kept})")
         points = dict.fromkeys(range(topology.cells), generation)
     for cell in cells:
         cell.load_state(run_dir.load_checkpoint(cell.index, points[cell.index]))
