@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from evogan import deprecated
 from evogan.errors import UserError
-from evogan.individual import ROLES, Individual, Role
+from evogan.individual import ROLES, Individual, Role, all_finite, individual_tensors
 from evogan.rng import CellRandom, ScoreStream
 
 if TYPE_CHECKING:
@@ -438,6 +438,13 @@ class Problem(Component[OptionsT]):
         holds them for every role's best under ``individual_metrics``, each name prefixed with the role's
         key (a GAN discriminator's ``aug_p`` as ``d_aug_p``). None by default."""
         return {}
+
+    def finite(self, individual: Individual) -> bool:
+        """Whether every number of ``individual`` is finite: its network's floating parameters and
+        buffers, its moving average, its optimizer state and its ``extra``. A cell whose individual is
+        not after its variation restores it (:mod:`evogan.engine.divergence`); a problem whose genomes
+        may hold infinities on purpose overrides this."""
+        return all_finite(individual_tensors(individual))
 
     def fitness_batch(self, *, generator: torch.Generator, cell: int = 0) -> Any:
         """What one generation's fitness games of ``cell`` share (a GAN's real samples); None by default."""

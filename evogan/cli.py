@@ -14,7 +14,7 @@ from rich.console import Console
 
 from evogan import __version__
 from evogan.cli_common import disable_option, fail, handle_errors, leave, plugin_manager
-from evogan.errors import EvoganError, RecipeError, UserError
+from evogan.errors import EvoganError, RecipeError, RunFailure, UserError
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -202,12 +202,16 @@ def _run_prepared(
         if prepared.recipe.run.workers > 1 or nodes.count > 1:
             from evogan.runtime.launcher import launch
 
-            launch(prepared, stop=stop, console=console, quiet=quiet, blocked=disable, nodes=nodes)
+            summary = launch(prepared, stop=stop, console=console, quiet=quiet, blocked=disable, nodes=nodes)
         else:
-            run_in_process(prepared, stop=stop)
+            summary = run_in_process(prepared, stop=stop)
     except KeyboardInterrupt:
         console.print("[red]aborted; the last written checkpoints are intact[/]")
         leave(130)
+    from evogan.engine.divergence import failure_line
+
+    if line := failure_line(summary):
+        raise RunFailure(f"{prepared.run_dir.path}: {line}")
 
 
 # ---------------------------------------------------------------------------------------------- validate

@@ -7,7 +7,7 @@ imports nothing of evogan.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -144,4 +144,27 @@ class Individual:
         return individual
 
 
-__all__ = ["ROLES", "Individual", "LossFitness", "OptimizerFactory", "Role"]
+def individual_tensors(individual: Individual) -> Iterator[torch.Tensor]:
+    """Every tensor an individual's numbers live in: its network's parameters and buffers, its moving
+    average, its optimizer state and its ``extra``."""
+    yield from individual.network.parameters()
+    yield from individual.network.buffers()
+    yield from (individual.average or {}).values()
+    if individual.optimizer is not None:
+        for state in individual.optimizer.state.values():
+            yield from (value for value in state.values() if hasattr(value, "is_floating_point"))
+    yield from individual.extra.values()
+
+
+def all_finite(tensors: Iterable[torch.Tensor]) -> bool:
+    """Whether every floating value of ``tensors`` is finite; one host sync per device they live on."""
+    import torch
+
+    flags: dict[torch.device, list[torch.Tensor]] = {}
+    for tensor in tensors:
+        if tensor.is_floating_point() or tensor.is_complex():
+            flags.setdefault(tensor.device, []).append(torch.isfinite(tensor).all())
+    return all(bool(torch.stack(on_device).all()) for on_device in flags.values())
+
+
+__all__ = ["ROLES", "Individual", "LossFitness", "OptimizerFactory", "Role", "all_finite", "individual_tensors"]

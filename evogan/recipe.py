@@ -113,6 +113,14 @@ class PopulationSection(_Table):
         "of its worst when that neighbour's scored individual (a GAN's generator) scores better on the "
         "validation stream (0: never)",
     )
+    restore_lr: float = Field(
+        0.5,
+        gt=0,
+        le=1,
+        description="an individual whose numbers turn non-finite in training is restored (its copy from before "
+        "the generation, else its cell's best, else its best neighbour's) with its learning rate times this "
+        "(1: unchanged)",
+    )
 
 
 class OptimizeSection(_Table):

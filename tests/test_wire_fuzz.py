@@ -57,6 +57,9 @@ def check_decoded(message: Message, expected: Manifest) -> None:
         for name, entry in (model.optimizer or {}).items():
             for tensor in entry.values():
                 assert tensor.is_floating_point() and tuple(tensor.shape) in (mine[name][1], ())
+                assert torch.isfinite(tensor).all()
+        for tensor in (*model.weights.values(), *(model.average or {}).values(), *model.extra.values()):
+            assert not tensor.is_floating_point() or torch.isfinite(tensor).all()  # a NaN or Inf is dropped
 
 
 def test_every_mutated_message_is_rejected_or_decodes_to_the_local_model(pair: tuple[str, Pair]) -> None:

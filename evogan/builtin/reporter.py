@@ -63,6 +63,11 @@ def summary_lines(summary: Mapping[str, Any]) -> list[str]:
     if means:
         alone = "; ".join(f"best {part} alone {metrics_text(m)}" for part, m in means.items() if part != "mixture")
         lines.append(f"mean over cells, test: mixture {metrics_text(means['mixture'])}; {alone}")
+    diverged = summary.get("diverged") or {}
+    if diverged:
+        times = ", ".join(f"cell {cell} ({count}x)" for cell, count in diverged.items())
+        at_end = ", ".join(map(str, summary.get("diverged_at_end") or [])) or "none"
+        lines.append(f"diverged and restored: {times}; still diverging at the end: {at_end}")
     lines.append(
         f"best mixture ensemble: cell {summary['best_cell']} (chosen on validation): "
         f"test {metrics_text(summary['best_mixture'])}; validation {metrics_text(summary['best_mixture_validation'])}"
@@ -125,6 +130,7 @@ class TerminalReporter:
         self.mode = mode
         self.clock = clock
         self.rows: dict[int, dict[str, Any]] = {}
+        self.diverged: dict[int, int] = {}  # cell -> generations it diverged in (marked `!` in the table)
         self.live: Live | None = None
         self.progress: Progress | None = None
         self.task: Any = None
@@ -165,6 +171,8 @@ class TerminalReporter:
         self, run: RunInfo, cell: int, generation: int, record: Mapping[str, Any]
     ) -> None:
         self.rows[cell] = dict(record)
+        if record.get("diverged"):
+            self.diverged[cell] = self.diverged.get(cell, 0) + 1
         if self.mode == "plain":
             sparsity = record.get("sparsity") or {}
             extra = "".join(
@@ -173,6 +181,8 @@ class TerminalReporter:
             age = _peer_age(record)
             if age is not None:
                 extra += f" peer_age={age}"
+            if record.get("diverged"):
+                extra += f" diverged={record['diverged']} restored_from={record.get('restored_from')}"
             roles = "".join(f"{k}={record[k]:.4f} " for k in record if k.endswith("_loss"))
             roles += "".join(f"{k}={record[k]:.3g} " for k in record if k.startswith("lr_"))
             roles += "".join(f"{k}={v:.3g} " for k, v in (record.get("individual_metrics") or {}).items())
@@ -224,12 +234,15 @@ class TerminalReporter:
             columns.append("peer age s")
         for column in columns:
             table.add_column(column, justify="right")
+        if self.diverged:
+            table.caption = "cell!: diverged and restored (see its records' restored_from)"
         for cell, row in sorted(self.rows.items()):
             generation = row["generation"]
+            marked = f"{cell}!" if self.diverged.get(cell) else str(cell)
             used = row.get("exchange") or {}
             staleness = max((generation - 1 - g for g in used.values()), default=0)
             values = [
-                str(cell),
+                marked,
                 str(generation),
                 *(_number(row.get(k)) for k in losses),
                 *(f"{row[k]:.3g}" if k in row else "-" for k in rates),

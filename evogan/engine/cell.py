@@ -7,6 +7,7 @@ summarise the neighbourhood, and the cell's DEAP Logbook holds one record per ge
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from evogan.api import (
     Variation,
 )
 from evogan.engine.codec import Codec, Manifest, Message
+from evogan.engine.divergence import restore, snapshot
 from evogan.engine.migration import migrate
 from evogan.engine.optimizer_state import load_optimizer_state
 from evogan.errors import MessageRejected, UserError
@@ -123,6 +125,7 @@ class Cell:
         self._memo: dict[torch.nn.Module, Any] = {}  # this generation's per-network fitness outputs
         # vectorised cells: all-vs-all fitness through the problem's stacked_fitness where it can
         self.batched_fitness = False
+        self.unrestored = False  # an individual diverged this generation and no finite copy was found
 
     # -------------------------------------------------------------------------------- creation
     @property
@@ -292,7 +295,8 @@ class Cell:
         for role, individuals, loss in zip(self.roles, (first, second), losses, strict=True):
             if role in score:
                 for individual, value in zip(individuals, self._aggregate(loss).tolist(), strict=True):
-                    individual.fitness.values = (value,)
+                    # a non-finite loss ranks last: selection and replacement never prefer it
+                    individual.fitness.values = (value if math.isfinite(value) else math.inf,)
 
     # -------------------------------------------------------------------------------- one generation
     def neighbourhood(self, role: Role) -> list[Individual]:
@@ -353,6 +357,9 @@ class Cell:
             members = dict(self.populations)
             faced = {roles[0]: pool[roles[1]], roles[1]: pool[roles[0]]}
             incumbents = {}
+        # what a member that diverges in training is restored from: with selection on the incumbents,
+        # which training leaves alone; with selection off a copy, as training changes them in place
+        before = incumbents or {role: snapshot(self.population(role), problem) for role in roles}
         lap("selection")
 
         progress = (self.generation - 1) / max(1, settings.recipe.run.generations)
@@ -388,6 +395,18 @@ class Cell:
                 self._memo.pop(varied.network, None)
         timings["training"] = job.seconds
         clock = time.perf_counter()  # the driver's time between the yield and now is not this cell's
+        restored = restore(
+            problem,
+            self.index,
+            members,
+            before,
+            {peer: slots for peer, slots in self.foreign.items() if peer in self.neighbours},
+            aligned=not population.selection,
+            lr_factor=population.restore_lr,
+        )
+        self.unrestored = None in restored
+        if restored:  # with selection off the pool held the diverged individuals themselves
+            pool = {role: self.neighbourhood(role) for role in roles}
 
         replaced = self._replace(members, pool, data, rnd) if population.selection else {}
         if not population.selection:
@@ -404,7 +423,8 @@ class Cell:
         mixture_metrics = self._evolve_mixture(rnd)
         lap("mixture")
 
-        self._record(pool, replaced, mixture_metrics, migration)
+        divergence = {"diverged": len(restored), "restored_from": restored}
+        self._record(pool, replaced, mixture_metrics, {**migration, **divergence})
         return timings
 
     def varying(self, job: Variation) -> Iterator[int]:
@@ -480,6 +500,8 @@ class Cell:
         cells, networks = [], []
         for cell in sorted(self.mixture):
             if cell == self.index:
+                if self.unrestored and len(self.mixture) > 1:
+                    continue  # a non-finite generator is never weighted while another member exists
                 networks.append(self.best_scored())
             elif cell in self.foreign:
                 networks.append(self.evaluated(self.foreign[cell][self.roles[0]]))

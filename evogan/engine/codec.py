@@ -22,7 +22,7 @@ import torch
 from evogan.api import ROLES, Role
 from evogan.engine.optimizer_state import checked_state, moment_manifest, optimizer_tensors, split, state_layout
 from evogan.errors import MessageRejected, RunFailure
-from evogan.individual import Individual
+from evogan.individual import Individual, all_finite
 from evogan.sparse.wire import check_sparse_meta, decode_sparse, encode_sparse, sparse_meta
 from evogan.transport import envelope
 
@@ -194,6 +194,7 @@ class Codec:
                 raise MessageRejected(f"meta.sparse: the {role} has a controller state, this cell's none")
             if role in facts["sparse"]:
                 sparse = check_sparse_meta(sparse, role, self.sparse.get(role)) or None
+            _check_finite(role, state, prefix, optimizer.get(role), averages.get(role), extra.get(role))
             models[role] = Model(
                 weights={k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)},
                 masks=role_masks,
@@ -248,6 +249,27 @@ def _carried(
         if len(held) != sum(1 for name in layout if name.startswith(f"{role}/")):
             raise MessageRejected(f"{field}: the {role}'s lacks some of its tensors")
     return out
+
+
+def _check_finite(
+    role: Role,
+    state: Mapping[str, torch.Tensor],
+    prefix: str,
+    optimizer: Mapping[str, Mapping[str, torch.Tensor]] | None,
+    average: Mapping[str, torch.Tensor] | None,
+    extra: Mapping[str, torch.Tensor] | None,
+) -> None:
+    """A model with a NaN or Inf anywhere is a diverged neighbour's: dropped like a malformed message,
+    so the cell keeps the last finite copy it had (:mod:`evogan.engine.divergence`)."""
+    parts = {
+        "weights": [v for k, v in state.items() if k.startswith(prefix)],
+        "optimizer state": [t for moments in (optimizer or {}).values() for t in moments.values()],
+        "average": list((average or {}).values()),
+        "extra": list((extra or {}).values()),
+    }
+    for part, tensors in parts.items():
+        if not all_finite(tensors):
+            raise MessageRejected(f"non-finite {part}: the {role}'s holds NaN or Inf")
 
 
 def _per_role(meta: Mapping[str, Any], key: str, roles: tuple[Role, ...]) -> dict[str, Any]:

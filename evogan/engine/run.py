@@ -32,6 +32,7 @@ from evogan.api import (
     Variation,
 )
 from evogan.engine.cell import Cell, CellSettings, finish
+from evogan.engine.divergence import divergence_summary
 from evogan.engine.rundir import RunDirectory, writing
 from evogan.engine.vectorized import decide
 from evogan.errors import UserError
@@ -485,6 +486,7 @@ def write_summary(
 
     Shared by the single-process driver and the launcher that merges its workers' parts.
     """
+    records = run_dir.read_metrics()
     summary = {
         "run": run_dir.run_id,
         "recipe": recipe.digest,
@@ -493,13 +495,13 @@ def write_summary(
         "interrupted": interrupted,
         "cells": dict(cells),
         **reported(cells, alone),
+        **divergence_summary(records),
     }
     if problem:
         summary["problem"] = dict(problem)
     run_dir.write_summary(summary)
     from evogan.engine.plots import plot_grid, plot_metrics
 
-    records = run_dir.read_metrics()
     with writing(run_dir.path / "plots"):
         plot_metrics(run_dir, records)
         final = {int(cell): float(scores["mixture_score"]) for cell, scores in cells.items()}
