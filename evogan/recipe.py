@@ -96,10 +96,12 @@ class PopulationSection(_Table):
     fitness_mode: Literal["average", "best", "worst"] = Field(
         "average", description="how a loss against each opponent becomes one fitness"
     )
-    replacement: Literal["if_better", "always", "generational"] = Field(
+    replacement: Literal["if_better", "always", "generational", "mixture"] = Field(
         "if_better",
         description="the best offspring replaces the worst local only if better (if_better) or always; "
-        "generational: the offspring replace the whole population (comma replacement)",
+        "generational: the offspring replace the whole population (comma replacement); mixture: as if_better, "
+        "but the scored role's offspring (a GAN's generator) is judged by the cell's mixture with it in place "
+        "of the worst local, on the validation stream",
     )
     opponents: Literal["offspring", "neighbourhood"] = Field(
         "offspring",

@@ -475,12 +475,37 @@ class Cell:
                 continue
             best_new = min(new, key=lambda ind: ind.fitness.loss)
             worst = max(range(len(local)), key=lambda i: local[i].fitness.loss)
-            accept = mode == "always" or best_new.fitness.loss < local[worst].fitness.loss
+            if mode == "mixture" and role == first:
+                accept = self._improves_mixture(best_new, local[worst], rnd)
+            else:
+                accept = mode == "always" or best_new.fitness.loss < local[worst].fitness.loss
             if accept:
                 best_new.uid = local[worst].uid
                 local[worst] = best_new
             replaced[role] = accept
         return replaced
+
+    def _improves_mixture(self, offspring: Individual, incumbent: Individual, rnd: CellRandom) -> bool:
+        """Whether the cell's mixture scores better on the validation stream with ``offspring`` standing for
+        this cell than with ``incumbent``: what a generator adds to its neighbourhood's ensemble, not its
+        loss against this generation's critics (issue 35). Both on the same noise."""
+        cells, networks = self.mixture_members()
+        weights = [self.mixture[c] for c in cells]
+        if self.index not in cells:  # no weight of its own (left out): it joins at the members' mean weight
+            cells, weights = [*cells, self.index], [*weights, (sum(weights) or 1.0) / max(1, len(weights))]
+            networks = [*networks, self.best_scored()]
+        total = sum(weights) or 1.0
+        share = [w / total for w in weights]
+        seed = int(rnd.numpy.integers(2**62))
+
+        def objective(candidate: Individual) -> float:
+            own = self.evaluated(candidate)
+            members = [own if c == self.index else n for c, n in zip(cells, networks, strict=True)]
+            noise = torch.Generator().manual_seed(seed)
+            metrics = self.problem.evaluate_on(members, share, stream="validation", generator=noise)
+            return self.problem.objective(metrics)
+
+        return objective(offspring) < objective(incumbent)
 
     def evaluated(self, individual: Individual) -> torch.nn.Module:
         """The network evaluation and pictures use for ``individual``: the sparsity controller's choice
