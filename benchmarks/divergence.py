@@ -9,6 +9,7 @@ Usage:
 
     .venv/bin/python benchmarks/divergence.py --seeds 1 2 3            # about 5 min a run on 2 cores
     .venv/bin/python benchmarks/divergence.py --summarise              # the tables from the logs alone
+    .venv/bin/python benchmarks/divergence.py --overhead                # what the checks cost on the demo's pair
 """
 
 from __future__ import annotations
@@ -100,6 +101,43 @@ def table(records: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(rows)
 
 
+def overhead(repeats: int = 50) -> None:
+    """Seconds per call of what containment adds each generation, on the demo's networks (after one
+    generation, so Adam's state exists): the finiteness check of one individual, and the copy a cell with
+    selection off keeps of it; beside the generation's own time (one cell, ``recipes/demo.toml``)."""
+    import torch
+
+    from evogan.engine.cell import Cell
+    from evogan.engine.divergence import snapshot
+    from evogan.engine.run import build_settings
+    from evogan.plugins import make_plugin_manager
+    from evogan.recipe import load
+    from evogan.registry import Registries
+
+    torch.set_num_threads(1)
+    registries = Registries.from_plugin_manager(make_plugin_manager())
+    recipe = load(ROOT / "recipes" / "demo.toml", registries, ["topology.rows=1", "topology.cols=1", "run.workers=1"])
+    settings = build_settings(recipe, registries, None, torch.device("cpu"))
+    cell = Cell(0, (), settings)
+    cell.initialise()
+    started = time.perf_counter()
+    cell.step()
+    generation = time.perf_counter() - started
+    print(f"| {machine()['load']} load | seconds per call | share of a generation ({generation:.2f} s) |")
+    print("|---|---|---|")
+    for role in cell.roles:
+        individual = cell.best(role)
+        for what, call in (
+            ("finite", lambda one=individual: settings.problem.finite(one)),
+            ("copy", lambda one=individual: snapshot([one], settings.problem)),
+        ):
+            started = time.perf_counter()
+            for _ in range(repeats):
+                call()
+            each = (time.perf_counter() - started) / repeats
+            print(f"| {role} {what} | {each * 1e3:.2f} ms | {each / generation:.2%} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
@@ -113,7 +151,11 @@ def main() -> None:
     parser.add_argument("--output-dir", type=Path, help="keep the run directories here")
     parser.add_argument("--log-dir", type=Path, default=LOGS)
     parser.add_argument("--summarise", type=Path, nargs="*", help="print the table of these logs and stop")
+    parser.add_argument("--overhead", action="store_true", help="time the checks on the demo's networks and stop")
     args = parser.parse_args()
+    if args.overhead:
+        overhead()
+        return
     if args.summarise is not None:
         print(table(read_logs(args.summarise or [LOGS / NAME])))
         return
