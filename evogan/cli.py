@@ -80,7 +80,10 @@ def overrides_from(
 @click.option("--grid", metavar="ROWSxCOLS", help="Override topology.rows and topology.cols, e.g. 3x3.")
 @click.option("--output-dir", type=click.Path(path_type=Path), help="Override run.output_dir.")
 @click.option(
-    "--workers", type=click.IntRange(min=1), help="Override run.workers (processes on this machine)."
+    "--workers",
+    type=click.IntRange(min=1),
+    help="Override run.workers (processes on this machine). More than one per cell is an error; a recipe's "
+    "run.workers above the cells is cut to them, with a note.",
 )
 @click.option(
     "--set",
@@ -176,7 +179,19 @@ def run(
     reporter = TerminalReporter(console, mode)  # type: ignore[arg-type]
     pm = plugin_manager(disable, (reporter,))
     overrides = overrides_from(seed, generations, grid, output_dir, workers, sets)
-    prepared = prepare(recipe, resume_dir=resume_dir, overrides=overrides, pm=pm, run_dir_path=run_dir_path)
+    explicit = workers is not None or any(s.replace(" ", "").startswith("run.workers=") for s in sets)
+    prepared = prepare(
+        recipe,
+        resume_dir=resume_dir,
+        overrides=overrides,
+        pm=pm,
+        run_dir_path=run_dir_path,
+        cap_workers=not explicit,
+        nodes=nnodes,
+    )
+    if not quiet:
+        for note in prepared.notes:
+            console.print(note, markup=False, highlight=False)
     hosts = {"yes": True, "no": False}.get(rdzv_host)
     nodes = Nodes(nnodes, rdzv_endpoint, rdzv_id, join_timeout, hosts, node_timeout)
     stop = StopFlag(console)
