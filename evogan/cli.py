@@ -66,6 +66,12 @@ def overrides_from(
     return [*overrides, *sets]
 
 
+NNODES_HELP = (
+    "Machines in the run. Above 1, ZeroMQ listens on every interface and advertises this node's address "
+    "towards the rendezvous ($EVOGAN_NODE_ADDRESS overrides; exchange.options.bind/advertise too)."
+)
+
+
 @cli.command()
 @click.argument("recipe", required=False, type=click.Path(path_type=Path))
 @click.option(
@@ -99,9 +105,7 @@ def overrides_from(
     help="Use this run directory instead of OUTPUT_DIR/<name>-<timestamp> (the same on every node); "
     "if it holds checkpoints, the run resumes.",
 )
-@click.option(
-    "--nnodes", type=click.IntRange(min=1), default=1, show_default=True, help="Machines in the run."
-)
+@click.option("--nnodes", type=click.IntRange(min=1), default=1, show_default=True, help=NNODES_HELP)
 @click.option(
     "--rdzv-endpoint",
     metavar="HOST:PORT",
