@@ -6,6 +6,7 @@ tolerance."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -15,7 +16,7 @@ from test_vectorized import LOOPED, VECTORISED, BatchNormPlugin, assert_close, i
 from torch import nn
 
 from evogan.builtin.gan.image_networks import MnistMlp
-from evogan.builtin.gan.stacked import momenta, power_iterations
+from evogan.builtin.gan.stacked import StackedGan, momenta, power_iterations
 from evogan.cli import cli
 from evogan.engine.rundir import RunDirectory
 from evogan.plugins import registered
@@ -60,12 +61,39 @@ def test_each_rows_power_iteration_is_the_looped_forwards() -> None:
             torch.testing.assert_close(v[row], owner._v, rtol=1e-5, atol=1e-7)
 
 
-def test_old_style_spectral_norm_is_named_as_what_stays_looped() -> None:
-    net = nn.Sequential(nn.utils.spectral_norm(nn.Linear(4, 3)), nn.ReLU(), nn.Linear(3, 1))
-    reason = momenta(net)
-    assert reason == (
-        "old-style torch.nn.utils.spectral_norm (0.weight_orig): use torch.nn.utils.parametrizations"
-    )
+@pytest.mark.parametrize("style", ["parametrizations", "old-style"])
+def test_a_stacked_train_mode_forward_is_each_networks_own(style: str) -> None:
+    """Outputs and vectors after one stacked forward are each network's after its own, for the
+    parametrization and for the old-style hook (whose weight attribute is put back: no batched tensor stays)."""
+    norm = nn.utils.parametrizations.spectral_norm if style == "parametrizations" else nn.utils.spectral_norm
+    torch.manual_seed(0)
+    nets = [nn.Sequential(norm(nn.Linear(6, 5)), nn.LeakyReLU(0.2), norm(nn.Linear(5, 1))) for _ in range(3)]
+    found = momenta(nets[0])
+    assert isinstance(found, dict) and len(found) == 4 and all(value is None for value in found.values())
+    names = dict(nets[0].named_buffers())
+    weights = [dict(net.named_parameters()) for net in nets]
+    params = {n: torch.stack([w[n].detach() for w in weights]) for n in weights[0]}
+    buffers = {n: torch.stack([dict(net.named_buffers())[n] for net in nets]) for n in names}
+    stack = SimpleNamespace(template=nets[0], buffers=buffers, iterations=power_iterations(nets[0]))
+    x = torch.randn(3, 4, 6)
+    held = [nets[0][i].__dict__.get("weight") for i in (0, 2)]  # the old hook's attribute (None: a property)
+    out = StackedGan._forward(stack)(params, buffers, x)  # type: ignore[arg-type]
+    assert all(nets[0][i].__dict__.get("weight") is w for i, w in zip((0, 2), held, strict=True))  # put back
+    for row, net in enumerate(nets):
+        torch.testing.assert_close(out[row], net(x[row]), rtol=1e-5, atol=1e-6)
+        for name, value in net.named_buffers():
+            torch.testing.assert_close(buffers[name][row], value, rtol=1e-5, atol=1e-6)
+    nets[0].eval()
+    before = {n: b.clone() for n, b in buffers.items()}
+    StackedGan._forward(stack)(params, buffers, x)  # type: ignore[arg-type]
+    assert all(torch.equal(before[n], buffers[n]) for n in buffers)  # eval mode: no iteration
+
+
+def test_spectral_norm_chained_with_another_parametrization_stays_looped() -> None:
+    layer = nn.utils.parametrizations.spectral_norm(nn.Linear(4, 3))
+    nn.utils.parametrize.register_parametrization(layer, "weight", nn.Identity())
+    reason = "spectral norm chained with other parametrizations (0.parametrizations.weight)"
+    assert momenta(nn.Sequential(layer)) == reason
 
 
 def spectral_vectors(run_dir: Path, cells: int, generation: int) -> list[torch.Tensor]:

@@ -59,12 +59,14 @@ def signature(network: nn.Module) -> tuple[object, ...]:
 
 @dataclass(frozen=True)
 class PowerIteration:
-    """One spectrally normalised weight (``torch.nn.utils.parametrizations.spectral_norm``): the parameter it
-    normalises, its power-iteration vectors ``u`` and ``v`` (buffers) and the module whose ``training``
-    decides whether a forward iterates. Stacked, every row iterates on its own weight and vectors, outside
-    ``vmap`` (torch's update writes with ``out=``, which ``vmap`` refuses); the forward then runs with the
-    module in eval mode, which computes ``sigma = u . W v`` from the new vectors as the train-mode forward
-    does after its update."""
+    """One spectrally normalised weight (``torch.nn.utils.parametrizations.spectral_norm``, or the old-style
+    ``torch.nn.utils.spectral_norm`` hook): the parameter it normalises, its power-iteration vectors ``u`` and
+    ``v`` (buffers) and the module whose ``training`` decides whether a forward iterates. Stacked, every row
+    iterates on its own weight and vectors, outside ``vmap`` (torch's update writes with ``out=``, which
+    ``vmap`` refuses); the forward then runs with the module in eval mode, which computes ``sigma = u . W v``
+    from the new vectors as the train-mode forward does after its update. ``u_first``: the parametrization
+    updates ``u`` from ``v`` then ``v``, the old hook ``v`` from ``u`` then ``u``; ``attribute``: the plain
+    attribute the old hook writes the normalised weight to (put back after a stacked forward)."""
 
     weight: str
     u: str
@@ -73,20 +75,31 @@ class PowerIteration:
     dim: int
     eps: float
     iterations: int
+    u_first: bool = True
+    attribute: str = ""
 
     def step(self, weight: torch.Tensor, u: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Every row's vectors after one forward's iterations: ``weight`` is (rows, ...), ``u``/``v`` (rows, n)."""
+
+        def times(matrix: torch.Tensor, vector: torch.Tensor) -> torch.Tensor:
+            product = torch.bmm(matrix, vector.unsqueeze(-1)).squeeze(-1)
+            return nn.functional.normalize(product, dim=-1, eps=self.eps)
+
         with torch.no_grad():
-            matrix = weight.detach().movedim(self.dim + 1, 1).flatten(2)  # each row's _reshape_weight_to_matrix
+            matrix = weight.detach().movedim(self.dim + 1, 1).flatten(2)  # each row's weight as torch reshapes it
             for _ in range(self.iterations):
-                u = nn.functional.normalize(torch.bmm(matrix, v.unsqueeze(-1)).squeeze(-1), dim=-1, eps=self.eps)
-                v = nn.functional.normalize(torch.bmm(matrix.mH, u.unsqueeze(-1)).squeeze(-1), dim=-1, eps=self.eps)
+                if self.u_first:
+                    u = times(matrix, v)
+                    v = times(matrix.mH, u)
+                else:
+                    v = times(matrix.mH, u)
+                    u = times(matrix, v)
         return u, v
 
 
 def power_iterations(network: nn.Module) -> list[PowerIteration] | str:
-    """``network``'s spectrally normalised weights, or why they cannot be stacked (old-style
-    ``torch.nn.utils.spectral_norm`` hooks, or spectral norm chained with another parametrization)."""
+    """``network``'s spectrally normalised weights, or why they cannot be stacked (spectral norm chained
+    with another parametrization)."""
     from torch.nn.utils import parametrize
     from torch.nn.utils.parametrizations import _SpectralNorm
     from torch.nn.utils.spectral_norm import SpectralNorm
@@ -94,8 +107,22 @@ def power_iterations(network: nn.Module) -> list[PowerIteration] | str:
     found: list[PowerIteration] = []
     for prefix, module in network.named_modules():
         at = f"{prefix}." if prefix else ""
-        if any(isinstance(hook, SpectralNorm) for hook in module._forward_pre_hooks.values()):
-            return f"old-style torch.nn.utils.spectral_norm ({at}weight_orig): use torch.nn.utils.parametrizations"
+        for hook in module._forward_pre_hooks.values():
+            if isinstance(hook, SpectralNorm):
+                name = hook.name
+                found.append(
+                    PowerIteration(
+                        weight=f"{at}{name}_orig",
+                        u=f"{at}{name}_u",
+                        v=f"{at}{name}_v",
+                        owner=prefix,
+                        dim=hook.dim,
+                        eps=hook.eps,
+                        iterations=hook.n_power_iterations,
+                        u_first=False,
+                        attribute=name,
+                    )
+                )
         if not parametrize.is_parametrized(module):
             continue
         for tensor, chain in module.parametrizations.items():
@@ -421,16 +448,20 @@ def _owner(network: nn.Module, name: str) -> tuple[nn.Module, str]:
 
 
 @contextlib.contextmanager
-def _evaluating(modules: Sequence[nn.Module]) -> Iterator[None]:
-    """``modules`` in eval mode for the block (spectral norm then reads its vectors without iterating)."""
-    modes = [module.training for module in modules]
-    for module in modules:
-        module.training = False
+def _evaluating(iterations: Sequence[tuple[PowerIteration, nn.Module]]) -> Iterator[None]:
+    """The spectral norms' modules in eval mode for the block (they then read their vectors without
+    iterating), and what the old-style hook writes to them put back afterwards (no batched tensor stays)."""
+    modes = [owner.training for _, owner in iterations]
+    kept = [getattr(owner, it.attribute) if it.attribute else None for it, owner in iterations]
+    for _, owner in iterations:
+        owner.training = False
     try:
         yield
     finally:
-        for module, mode in zip(modules, modes, strict=True):
-            module.training = mode
+        for (it, owner), mode, value in zip(iterations, modes, kept, strict=True):
+            owner.training = mode
+            if it.attribute:
+                setattr(owner, it.attribute, value)
 
 
 def _chain(stack: Stack, opposed: Opposed, targets: Sequence[Target | None]) -> None:
@@ -541,7 +572,7 @@ class StackedGan(StackedTraining):
                     u, v = it.step(params[it.weight], buffers[it.u], buffers[it.v])
                     buffers[it.u].copy_(u)
                     buffers[it.v].copy_(v)
-            with _evaluating([owner for _, owner in iterations]):
+            with _evaluating(iterations):
                 return batched(params, buffers, x)
 
         return forward
