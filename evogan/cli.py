@@ -66,6 +66,12 @@ def overrides_from(
     return [*overrides, *sets]
 
 
+NNODES_HELP = (
+    "Machines in the run. Above 1, ZeroMQ listens on every interface and advertises this node's address "
+    "towards the rendezvous ($EVOGAN_NODE_ADDRESS overrides; exchange.options.bind/advertise too)."
+)
+
+
 @cli.command()
 @click.argument("recipe", required=False, type=click.Path(path_type=Path))
 @click.option(
@@ -80,7 +86,10 @@ def overrides_from(
 @click.option("--grid", metavar="ROWSxCOLS", help="Override topology.rows and topology.cols, e.g. 3x3.")
 @click.option("--output-dir", type=click.Path(path_type=Path), help="Override run.output_dir.")
 @click.option(
-    "--workers", type=click.IntRange(min=1), help="Override run.workers (processes on this machine)."
+    "--workers",
+    type=click.IntRange(min=1),
+    help="Override run.workers (processes on this machine). More than one per cell is an error; a recipe's "
+    "run.workers above the cells is cut to them, with a note.",
 )
 @click.option(
     "--set",
@@ -96,9 +105,7 @@ def overrides_from(
     help="Use this run directory instead of OUTPUT_DIR/<name>-<timestamp> (the same on every node); "
     "if it holds checkpoints, the run resumes.",
 )
-@click.option(
-    "--nnodes", type=click.IntRange(min=1), default=1, show_default=True, help="Machines in the run."
-)
+@click.option("--nnodes", type=click.IntRange(min=1), default=1, show_default=True, help=NNODES_HELP)
 @click.option(
     "--rdzv-endpoint",
     metavar="HOST:PORT",
@@ -176,7 +183,19 @@ def run(
     reporter = TerminalReporter(console, mode)  # type: ignore[arg-type]
     pm = plugin_manager(disable, (reporter,))
     overrides = overrides_from(seed, generations, grid, output_dir, workers, sets)
-    prepared = prepare(recipe, resume_dir=resume_dir, overrides=overrides, pm=pm, run_dir_path=run_dir_path)
+    explicit = workers is not None or any(s.replace(" ", "").startswith("run.workers=") for s in sets)
+    prepared = prepare(
+        recipe,
+        resume_dir=resume_dir,
+        overrides=overrides,
+        pm=pm,
+        run_dir_path=run_dir_path,
+        cap_workers=not explicit,
+        nodes=nnodes,
+    )
+    if not quiet:
+        for note in prepared.notes:
+            console.print(note, markup=False, highlight=False)
     hosts = {"yes": True, "no": False}.get(rdzv_host)
     nodes = Nodes(nnodes, rdzv_endpoint, rdzv_id, join_timeout, hosts, node_timeout)
     stop = StopFlag(console)

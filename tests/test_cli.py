@@ -221,3 +221,16 @@ def test_an_error_exits_with_its_code_even_while_the_elastic_agent_thread_runs(a
     # with the agent running, no teardown (flushed first); without it, a normal exit
     assert done.stdout.split() == (["before"] if agent_running else ["before", "teardown"])
     assert "error: node 10.0.0.2 has not been heard from for 10 s" in done.stderr
+
+
+def test_a_recipes_workers_above_the_cells_are_cut_with_a_note(tiny_recipe) -> None:
+    path = tiny_recipe(generations=1, overrides=["run.workers=2"])
+    result = invoke("run", str(path), "--grid", "1x1", "--plain")
+    assert result.exit_code == 0, result.output
+    notes = [line for line in result.output.splitlines() if line.startswith("note: run.workers")]
+    assert notes == ["note: run.workers = 2 is more than the 1 cell(s) allow; running 1 (at most one worker per cell)"]
+    (run_dir,) = (path.parent / "runs").iterdir()
+    assert "workers = 1" in (run_dir / "recipe.toml").read_text()
+    explicit = invoke("run", str(path), "--grid", "1x1", "--workers", "2", "--quiet")
+    assert explicit.exit_code == 2
+    assert "2 workers for 1 cells: at most one worker per cell (lower --workers" in explicit.output

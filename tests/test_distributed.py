@@ -31,7 +31,7 @@ from evogan.runtime import launcher
 from evogan.runtime.control import from_row, to_rows
 from evogan.runtime.faults import Fault
 from evogan.runtime.launcher import PORT_ENV, Tail, launch
-from evogan.runtime.placement import cells_of, owner_of
+from evogan.runtime.placement import cells_of, owner_of, workers_for
 from evogan.runtime.single import prepare, run_in_process
 from evogan.transport.zmq import ZmqTransport
 
@@ -75,6 +75,8 @@ def test_cells_are_spread_in_contiguous_blocks(cells: int, world: int) -> None:
 def test_more_workers_than_cells_is_refused() -> None:
     with pytest.raises(UserError, match="5 workers for 4 cells"):
         cells_of(0, 5, 4)
+    # What a recipe's count is cut to (per node): one cell each at least, never below one worker.
+    assert [workers_for(2, 1), workers_for(5, 4), workers_for(2, 4, 2), workers_for(2, 1, 2)] == [1, 4, 2, 1]
 
 
 def test_fault_spec() -> None:

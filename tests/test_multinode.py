@@ -269,3 +269,17 @@ def test_when_nobody_hosts_the_failure_names_the_expected_host(cluster: Cluster,
     expected = "the node with address 10.231.0.1 was expected to host the store, not this one"
     assert f"{expected} (--rdzv-host no; 10.231.0.1 is the address of eth0 here)" in first
     assert f"{expected} (no interface here has 10.231.0.1)" in second
+
+
+@pytest.mark.slow
+def test_a_loopback_bind_across_machines_fails_naming_the_key(cluster: Cluster, tmp_path: Path) -> None:
+    # What every multi-node run met before the bind followed --nnodes: now only an explicit loopback bind.
+    extra = ["--set", 'exchange.options.bind="127.0.0.1"', "--set", "exchange.options.barrier_timeout=5"]
+    agents = _start(cluster, tmp_path / "run", *extra)
+    for agent in agents:
+        assert agent.wait(180) == 1, agent.output()[-3000:]
+    for agent in agents:
+        (line,) = _errors(agent)
+        assert "transport barrier failed after 5 s" in line, agent.output()[-3000:]
+        assert "Likely: this worker's publishers bind to loopback 127.0.0.1" in line, line
+        assert 'leave exchange.options.bind out (every interface), or set it, e.g. "0.0.0.0"' in line, line

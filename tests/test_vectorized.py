@@ -75,8 +75,9 @@ def assert_real_choices(run_dir: Path) -> None:
         ("population.selection=false", "population.size=2", 'pairing={use="g_neighbourhood"}'),
         ('pairing={use="g_mixture"}', "problem.loss.use=mse", "problem.d_batch=separate"),
         ("population.size=2", "problem.critic_steps=2", "problem.d_skip=1"),
+        ('problem.loss={use="wasserstein"}', "problem.clip_weights=0.05", "problem.critic_steps=2"),  # Adam here
     ],
-    ids=["default", "no-selection-pop2", "weighted-opponents-mse", "pop2-critic-skip"],
+    ids=["default", "no-selection-pop2", "weighted-opponents-mse", "pop2-critic-skip", "wasserstein-clipped"],
 )
 def test_vectorised_records_match_the_looped_ones(tiny_recipe, options: tuple[str, ...]) -> None:
     path = tiny_recipe(seed=4, generations=3, varied=True)
@@ -335,23 +336,27 @@ def test_the_dcgan_like_conv32_pair_is_stacked_with_its_batchnorm(tiny_recipe, t
     check_conv32_stacked(tiny_recipe, tmp_path)
 
 
-def check_conv32_stacked(tiny_recipe, tmp_path: Path, *device: str) -> None:  # type: ignore[no-untyped-def]
-    """conv32's BatchNorm generator trained stacked equals the looped run, statistics included (also run on
-    CUDA by tests/test_gpu.py with ``device`` set)."""
+def image_pair(tmp_path: Path, network: str) -> tuple[str, ...]:
+    """Small 32x32 images and ``network`` (ngf = ndf = 4), scored by the test plugin's pixel mean."""
     from test_celeba_recipe import write_shapes
 
     folder = write_shapes(tmp_path / "pngs", count=16, size=32)
-    path = tiny_recipe(seed=6, generations=2, rows=1, cols=2)
-    options = (
-        *device,
+    return (
         f'problem.data={{use="image_folder", root="{folder}", image_size=32, workers=0}}',
-        'problem.network={use="conv32", ngf=4, ndf=4, latent_size=8}',
+        f'problem.network={{use="{network}", ngf=4, ndf=4, latent_size=8}}',
         'problem.metric={use="pixel_mean"}',
         "problem.batch_size=4",
         "problem.batches_per_generation=3",
         "problem.fitness_samples=8",
         "problem.score_samples=8",
     )
+
+
+def check_conv32_stacked(tiny_recipe, tmp_path: Path, *device: str) -> None:  # type: ignore[no-untyped-def]
+    """conv32's BatchNorm generator trained stacked equals the looped run, statistics included (also run on
+    CUDA by tests/test_gpu.py with ``device`` set)."""
+    path = tiny_recipe(seed=6, generations=2, rows=1, cols=2)
+    options = (*device, *image_pair(tmp_path, "conv32"))
     with registered(BatchNormPlugin()):
         looped = run(path, LOOPED, *options)
         vectorised = run(path, VECTORISED, *options)

@@ -153,6 +153,32 @@ def test_barrier_timeout_names_missing_peers(stack: ExitStack) -> None:
         lonely.wait_ready(0.3)
 
 
+def test_a_run_across_machines_binds_every_interface_and_advertises_the_node(
+    stack: ExitStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What a worker of `evogan run --nnodes 2` sees: elastic's sizes, and the launcher's node address.
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    monkeypatch.setenv("EVOGAN_NODE_ADDRESS", "127.0.0.2")  # on loopback's /8, so reachable here
+    a, b = mesh(stack, [[0], [1]], {0: [1], 1: [0]})
+    assert a.endpoints[0].startswith("tcp://127.0.0.2:") and b.endpoints[1].startswith("tcp://127.0.0.2:")
+    a.publish(0, message(0, 1))
+    assert generation_of(b.gather(1, [0], 1, max_staleness=0, timeout=5)[0]) == 1
+
+
+def test_a_loopback_bind_across_machines_names_the_key_when_the_barrier_fails(
+    stack: ExitStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    lonely = stack.enter_context(ZmqTransport(ZmqTransport.Options(bind="127.0.0.1")))
+    lonely.bind([0])
+    lonely.connect({1: "tcp://192.0.2.1:9"}, {0: [1]})
+    cause = r"heartbeat from cells \[1\]\. Likely: .*loopback 127\.0\.0\.1.*exchange\.options\.bind"
+    with pytest.raises(RunFailure, match=cause):
+        lonely.wait_ready(0.3)
+
+
 def test_ipc_scheme(stack: ExitStack) -> None:
     a, b = mesh(stack, [[0], [1]], {0: [1], 1: [0]}, scheme="ipc")
     a.publish(0, message(0, 3))
@@ -409,7 +435,7 @@ def test_registered_and_options() -> None:
     evogan_register_transports(register=seen.append)
     assert ZmqTransport in seen
     options = ZmqTransport.Options()
-    assert (options.bind, options.scheme, options.hwm, options.keep) == ("127.0.0.1", "tcp", 2, 3)
+    assert (options.bind, options.scheme, options.hwm, options.keep) == ("", "tcp", 2, 3)
     assert options.max_message_bytes == 256 << 20
     with pytest.raises(ValueError):
         ZmqTransport.Options(scheme="udp")

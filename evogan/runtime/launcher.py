@@ -44,6 +44,7 @@ from evogan.runtime.process import STOP_FILE, error_path, pid_path
 from evogan.runtime.rendezvous import GLOO_IFNAME_ENV, Role, decide
 from evogan.runtime.single import PreparedRun
 from evogan.runtime.watchdog import progress_path
+from evogan.transport.addresses import NODE_ADDRESS_ENV
 
 PORT_ENV = "EVOGAN_RDZV_PORT"  # a fixed rendezvous port (default: a free one)
 LIFECYCLE_HOOKS = ("evogan_run_start", "evogan_generation_end", "evogan_run_end")
@@ -386,6 +387,8 @@ def launch(
     }
     if role.interface and not os.environ.get(GLOO_IFNAME_ENV):
         environment[GLOO_IFNAME_ENV] = role.interface  # gloo's default follows the hostname too
+    if nodes.count > 1 and role.address and not os.environ.get(NODE_ADDRESS_ENV):
+        environment[NODE_ADDRESS_ENV] = role.address  # advertised when exchange.options.bind is unset
     watch = None
     if nodes.count > 1:
         role.announce(run_dir.path / "logs" / "rendezvous.log", console if not quiet else None)

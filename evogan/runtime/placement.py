@@ -13,8 +13,17 @@ def cells_of(rank: int, world: int, cells: int) -> range:
     Blocks keep row neighbours in one process and differ in size by at most one cell.
     """
     if world > cells:
-        raise UserError(f"{world} workers for {cells} cells: at most one worker per cell")
+        raise UserError(
+            f"{world} workers for {cells} cells: at most one worker per cell (lower --workers, or leave it out: "
+            "a recipe's run.workers is cut to the cells)"
+        )
     return range(rank * cells // world, (rank + 1) * cells // world)
+
+
+def workers_for(workers: int, cells: int, nodes: int = 1) -> int:
+    """The most of ``workers`` (per node) that ``nodes`` nodes can run on ``cells`` cells, one cell each
+    at least; never below one (``cells_of`` refuses the rest)."""
+    return max(1, min(workers, cells // nodes))
 
 
 def owner_of(cell: int, world: int, cells: int) -> int:
@@ -35,4 +44,4 @@ def check_devices(device: str, local_workers: int) -> None:
         )
 
 
-__all__ = ["cells_of", "check_devices", "owner_of"]
+__all__ = ["cells_of", "check_devices", "owner_of", "workers_for"]

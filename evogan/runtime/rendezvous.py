@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from evogan.errors import UserError
+from evogan.transport.addresses import route_to
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -138,17 +139,6 @@ def port_free(address: str, port: int) -> bool:
         except OSError:
             return False
     return True
-
-
-def route_to(address: str, port: int) -> str | None:
-    """The local address the kernel would use to reach ``address`` (a UDP connect sends nothing)."""
-    family = socket.AF_INET6 if ":" in address else socket.AF_INET
-    with socket.socket(family, socket.SOCK_DGRAM) as probe:
-        try:
-            probe.connect((address, port))
-        except OSError:
-            return None
-        return str(probe.getsockname()[0])
 
 
 def interface_of(address: str) -> str | None:

@@ -16,6 +16,7 @@ from evogan.engine.rundir import RunDirectory
 from evogan.errors import UserError
 from evogan.plugins import make_plugin_manager
 from evogan.registry import Registries
+from evogan.runtime.placement import workers_for
 
 
 @dataclass
@@ -25,6 +26,7 @@ class PreparedRun:
     pm: pluggy.PluginManager
     registries: Registries
     resume: bool
+    notes: tuple[str, ...] = ()
 
 
 def prepare(
@@ -34,38 +36,58 @@ def prepare(
     overrides: Iterable[str] = (),
     pm: pluggy.PluginManager | None = None,
     run_dir_path: Path | None = None,
+    cap_workers: bool = False,
+    nodes: int = 1,
 ) -> PreparedRun:
     """Validate the recipe and create (or reopen, for ``--resume``) the run directory; ``run_dir_path``
     names it instead of ``<name>-<timestamp>`` (every node of a multi-node run names the same one, and a
     second start of the same command resumes it).
 
+    With ``cap_workers`` (the worker count is the recipe's, not the user's ``--workers``), more workers
+    than ``nodes`` machines' share of the cells are cut to that share and ``notes`` says so.
+
     Nothing is written before the recipe validates.
     """
     pm = pm or make_plugin_manager()
     registries = Registries.from_plugin_manager(pm)
+    notes: list[str] = []
+
+    def load(path: Path) -> recipes.Recipe:
+        recipe = recipes.load(path, registries, overrides)
+        cells = build_topology(recipe).cells
+        fitting = workers_for(recipe.run.workers, cells, nodes)
+        if cap_workers and fitting != recipe.run.workers:
+            on = f" on each of {nodes} nodes" if nodes > 1 else ""
+            notes.append(
+                f"note: run.workers = {recipe.run.workers} is more than the {cells} cell(s) allow{on}; "
+                f"running {fitting} (at most one worker per cell)"
+            )
+            recipe = recipes.load(path, registries, [*overrides, f"run.workers={fitting}"])
+        return recipe
+
     if run_dir_path is not None and resume_dir is None:
         if recipe_path is None:
             existing = RunDirectory.open_existing(run_dir_path)
-            recipe = recipes.load(existing.recipe_path, registries, overrides)
+            recipe = load(existing.recipe_path)
         else:
-            recipe = recipes.load(recipe_path, registries, overrides)
+            recipe = load(recipe_path)
         run_dir = RunDirectory.named(run_dir_path)
         run_dir.write_recipe(recipe.to_toml())  # the workers read it; checkpoints guard against another recipe
-        return PreparedRun(recipe, run_dir, pm, registries, resume=run_dir.has_checkpoints())
+        return PreparedRun(recipe, run_dir, pm, registries, resume=run_dir.has_checkpoints(), notes=tuple(notes))
     if resume_dir is not None:
         run_dir = RunDirectory.open_existing(resume_dir)
         if not run_dir.has_checkpoints():
             raise UserError(f"{resume_dir}: no checkpoints to resume from")
-        recipe = recipes.load(run_dir.recipe_path, registries, overrides)
-        if overrides:
+        recipe = load(run_dir.recipe_path)
+        if overrides or notes:
             run_dir.write_recipe(recipe.to_toml())
-        return PreparedRun(recipe, run_dir, pm, registries, resume=True)
+        return PreparedRun(recipe, run_dir, pm, registries, resume=True, notes=tuple(notes))
     if recipe_path is None:
         raise UserError("a recipe file is needed (or --resume RUN_DIR)")
-    recipe = recipes.load(recipe_path, registries, overrides)
+    recipe = load(recipe_path)
     run_dir = RunDirectory.create(recipe.run.output_dir, recipe.name)
     run_dir.write_recipe(recipe.to_toml())
-    return PreparedRun(recipe, run_dir, pm, registries, resume=False)
+    return PreparedRun(recipe, run_dir, pm, registries, resume=False, notes=tuple(notes))
 
 
 def run_in_process(prepared: PreparedRun, *, stop: Callable[[], bool] = lambda: False) -> dict[str, Any]:

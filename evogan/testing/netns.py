@@ -270,12 +270,12 @@ class Cluster:
     def agent_command(
         self, node: int, recipe: Path | str, run_dir: Path, *, workers: int = 1, extra: Sequence[str] = ()
     ) -> list[str]:
-        """``evogan run`` as node ``node`` of this cluster, ZeroMQ on its address, CURVE on."""
+        """``evogan run`` as node ``node`` of this cluster, CURVE on; ZeroMQ binds where a user's run would
+        (no ``exchange.options.bind``: every interface, advertising the node's address)."""
         keys = self.keys()
         return [
             sys.executable, "-m", "evogan", "run", str(recipe), "--run-dir", str(run_dir),
             "--nnodes", str(self.count), "--rdzv-endpoint", self.endpoint, "--workers", str(workers), "--plain",
-            "--set", 'exchange.options.bind="0.0.0.0"',
             "--set", f'exchange.options.curve_dir="{keys}"',
             "--set", f'exchange.options.curve_name="n{node}"',
             *extra,

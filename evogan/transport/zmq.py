@@ -9,8 +9,6 @@ barrier: without it PUB/SUB silently loses the first messages, the "slow joiner"
 from __future__ import annotations
 
 import math
-import os
-import socket
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -21,6 +19,7 @@ from pydantic import Field
 
 from evogan.api import ComponentOptions, ConnectableTransport, TransportStats
 from evogan.errors import RunFailure, UserError
+from evogan.transport.addresses import LOOPBACK, NODE_ADDRESS_ENV, WILDCARDS, Addresses, barrier_hint, choose
 from evogan.transport.inproc import forget_old, pick
 
 if TYPE_CHECKING:
@@ -29,7 +28,6 @@ if TYPE_CHECKING:
     from evogan.transport.zmq_io import IOThread
 
 Frames = list[Any]  # [topic bytes, header bytes, payload memoryview]
-WILDCARDS = ("*", "0.0.0.0", "::")
 SUBSCRIBER_MARK = b"S"  # a second subscription "c00003.S00001" names the subscribing cell (00001)
 
 
@@ -113,11 +111,15 @@ class ZmqTransport(ConnectableTransport["ZmqTransport.Options"]):
     description: ClassVar[str] = "ZeroMQ XPUB/SUB between processes and hosts; latest-wins receiver; CURVE"
 
     class Options(ComponentOptions):
-        bind: str = Field(default="127.0.0.1", description="interface the XPUBs bind to (tcp)")
+        bind: str = Field(
+            default="",
+            description="interface the XPUBs bind to (tcp); empty = loopback when every worker is on this machine, "
+            "every interface when the run spans machines (--nnodes > 1)",
+        )
         advertise: str = Field(
             default="",
-            description="address peers connect to; empty = same as bind, or for a wildcard bind the address "
-            "of the interface that routes to MASTER_ADDR",
+            description="address peers connect to; empty = same as bind, or for a wildcard or empty bind this "
+            "node's address: $EVOGAN_NODE_ADDRESS, else that of the interface that routes to MASTER_ADDR",
         )
         scheme: Literal["tcp", "ipc"] = Field(default="tcp", description="tcp, or ipc for cells on one host")
         hwm: int = Field(default=2, ge=1, description="send/receive high-water mark, in messages per peer")
@@ -161,6 +163,8 @@ class ZmqTransport(ConnectableTransport["ZmqTransport.Options"]):
         self._subscribers: list[zmqlib.Socket[bytes]] = []
         self._peers: dict[int, tuple[int, ...]] = {}
         self._expected_subscribers: dict[int, tuple[int, ...]] = {}
+        self._addresses = Addresses(LOOPBACK, LOOPBACK, "not bound yet")
+        self._peer_endpoints: dict[int, str] = {}
         self._io: IOThread | None = None
         self._closed = False
         self._auth: Any = None
@@ -177,10 +181,12 @@ class ZmqTransport(ConnectableTransport["ZmqTransport.Options"]):
         zmq, opts = self._zmq, self.options
         if self._io is not None:
             raise RuntimeError("bind() after connect()")
-        host = opts.bind
-        advertise = opts.advertise or (route_address() if host in WILDCARDS and opts.scheme == "tcp" else host)
+        self._addresses = choose(opts.bind, opts.advertise)
+        host, advertise = self._addresses.bind, self._addresses.advertise
         if opts.scheme == "tcp" and advertise in WILDCARDS:
-            raise UserError(f"transport.bind is {host!r}: set transport.advertise to an address peers reach")
+            raise UserError(
+                f"exchange.options.advertise is {advertise!r}: set it (or {NODE_ADDRESS_ENV}) to an address peers reach"
+            )
         endpoints: dict[int, str] = {}
         for cell in local_cells:
             sock = self._ctx.socket(zmq.XPUB)
@@ -250,6 +256,7 @@ class ZmqTransport(ConnectableTransport["ZmqTransport.Options"]):
                 # Matches no topic; tells the peer's XPUB exactly which cell subscribed (the barrier).
                 sock.setsockopt(zmq.SUBSCRIBE, _prefix(peer) + SUBSCRIBER_MARK + b"%05d" % cell)
                 sock.connect(endpoints[peer])
+                self._peer_endpoints[peer] = endpoints[peer]
             self._subscribers.append(sock)
         source = subscribers if subscribers is not None else peers
         self._expected_subscribers = {
@@ -291,7 +298,11 @@ class ZmqTransport(ConnectableTransport["ZmqTransport.Options"]):
                     parts = [f"no subscription to cell {c} from cells {cells}" for c, cells in short.items()]
                     if silent:
                         parts.append(f"no heartbeat from cells {silent}")
-                    raise RunFailure(f"transport barrier failed after {timeout:g} s: " + "; ".join(parts))
+                    unheard = {p for cells in short.values() for p in cells} | set(silent)
+                    hint = barrier_hint(self._addresses, [self._peer_endpoints.get(p, "") for p in sorted(unheard)])
+                    raise RunFailure(
+                        f"transport barrier failed after {timeout:g} s: " + "; ".join(parts) + f". Likely: {hint}"
+                    )
                 self._state.cond.wait(min(remaining, 0.5))
 
     # ------------------------------------------------------------------------------ data plane
@@ -402,18 +413,6 @@ class ZmqTransport(ConnectableTransport["ZmqTransport.Options"]):
         # A connect attempt made while the link is down would otherwise wait out the kernel's SYN backoff
         # (1, 2, 4 ... 64 s): give up after 2 s and try again, so a restored link reconnects within seconds.
         sock.setsockopt(zmq.CONNECT_TIMEOUT, 2000)
-
-
-def route_address() -> str:
-    """The local address of the interface that routes to ``MASTER_ADDR`` (torch's rendezvous host): what
-    a wildcard bind advertises when ``advertise`` is empty."""
-    target = os.environ.get("MASTER_ADDR", "127.0.0.1")
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        try:
-            probe.connect((target, 9))  # UDP connect sends nothing; it only picks a route
-            return str(probe.getsockname()[0])
-        except OSError:
-            return "127.0.0.1"
 
 
 def _prefix(cell: int) -> bytes:

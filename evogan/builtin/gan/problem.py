@@ -494,8 +494,6 @@ class GanProblem(AdversarialProblem[GanOptions]):
     ) -> StackedTraining | str:
         from evogan.builtin.gan.stacked import StackedGan, unautocast, unstackable
 
-        if self.options.clip_weights:
-            return "problem.clip_weights: the stacked discriminator step does not clip weights"
         if self.egan is not None:
             return "problem.egan: E-GAN's children train one generator at a time (looped)"
         if self.precision.scales_loss:
@@ -506,7 +504,7 @@ class GanProblem(AdversarialProblem[GanOptions]):
             )
             if reason:
                 return reason
-        return StackedGan(self, generators, discriminators, hooks=hooks)
+        return StackedGan(self, generators, discriminators, hooks=hooks, clip=self.options.clip_weights)
 
     def stacked_fitness(
         self, generators: Sequence[nn.Module], discriminators: Sequence[nn.Module]

@@ -9,7 +9,9 @@ float tolerance, not bitwise, as batched products round differently.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
@@ -55,15 +57,118 @@ def signature(network: nn.Module) -> tuple[object, ...]:
     )
 
 
-def momenta(network: nn.Module) -> dict[str, float] | str:
-    """Each buffer's BatchNorm momentum (the running statistics' update ``(1 - m) * old + m * batch``),
-    or why the buffers cannot be stacked: only BatchNorm running statistics with a fixed momentum can."""
-    found: dict[str, float] = {}
+@dataclass(frozen=True)
+class PowerIteration:
+    """One spectrally normalised weight (``torch.nn.utils.parametrizations.spectral_norm``, or the old-style
+    ``torch.nn.utils.spectral_norm`` hook): the parameter it normalises, its power-iteration vectors ``u`` and
+    ``v`` (buffers) and the module whose ``training`` decides whether a forward iterates. Stacked, every row
+    iterates on its own weight and vectors, outside ``vmap`` (torch's update writes with ``out=``, which
+    ``vmap`` refuses); the forward then runs with the module in eval mode, which computes ``sigma = u . W v``
+    from the new vectors as the train-mode forward does after its update. ``u_first``: the parametrization
+    updates ``u`` from ``v`` then ``v``, the old hook ``v`` from ``u`` then ``u``; ``attribute``: the plain
+    attribute the old hook writes the normalised weight to (put back after a stacked forward)."""
+
+    weight: str
+    u: str
+    v: str
+    owner: str
+    dim: int
+    eps: float
+    iterations: int
+    u_first: bool = True
+    attribute: str = ""
+
+    def step(self, weight: torch.Tensor, u: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every row's vectors after one forward's iterations: ``weight`` is (rows, ...), ``u``/``v`` (rows, n)."""
+
+        def times(matrix: torch.Tensor, vector: torch.Tensor) -> torch.Tensor:
+            product = torch.bmm(matrix, vector.unsqueeze(-1)).squeeze(-1)
+            return nn.functional.normalize(product, dim=-1, eps=self.eps)
+
+        with torch.no_grad():
+            matrix = weight.detach().movedim(self.dim + 1, 1).flatten(2)  # each row's weight as torch reshapes it
+            for _ in range(self.iterations):
+                if self.u_first:
+                    u = times(matrix, v)
+                    v = times(matrix.mH, u)
+                else:
+                    v = times(matrix.mH, u)
+                    u = times(matrix, v)
+        return u, v
+
+
+def power_iterations(network: nn.Module) -> list[PowerIteration] | str:
+    """``network``'s spectrally normalised weights, or why they cannot be stacked (spectral norm chained
+    with another parametrization)."""
+    from torch.nn.utils import parametrize
+    from torch.nn.utils.parametrizations import _SpectralNorm
+    from torch.nn.utils.spectral_norm import SpectralNorm
+
+    found: list[PowerIteration] = []
+    for prefix, module in network.named_modules():
+        at = f"{prefix}." if prefix else ""
+        for hook in module._forward_pre_hooks.values():
+            if isinstance(hook, SpectralNorm):
+                name = hook.name
+                found.append(
+                    PowerIteration(
+                        weight=f"{at}{name}_orig",
+                        u=f"{at}{name}_u",
+                        v=f"{at}{name}_v",
+                        owner=prefix,
+                        dim=hook.dim,
+                        eps=hook.eps,
+                        iterations=hook.n_power_iterations,
+                        u_first=False,
+                        attribute=name,
+                    )
+                )
+        if not parametrize.is_parametrized(module):
+            continue
+        for tensor, chain in module.parametrizations.items():
+            norms = [p for p in chain if isinstance(p, _SpectralNorm)]
+            if not norms:
+                continue
+            if len(chain) > 1:
+                return f"spectral norm chained with other parametrizations ({at}parametrizations.{tensor})"
+            norm = norms[0]
+            if not hasattr(norm, "_u"):  # a vector's norm: no state
+                continue
+            base = f"{at}parametrizations.{tensor}"
+            found.append(
+                PowerIteration(
+                    weight=f"{base}.original",
+                    u=f"{base}.0._u",
+                    v=f"{base}.0._v",
+                    owner=f"{base}.0",
+                    dim=int(norm.dim),
+                    eps=float(norm.eps),
+                    iterations=int(norm.n_power_iterations),
+                )
+            )
+    return found
+
+
+def momenta(network: nn.Module) -> dict[str, float | None] | str:
+    """Each buffer's BatchNorm momentum (the running statistics' update ``(1 - m) * old + m * batch``), None for
+    spectral norm's power-iteration vectors (each forward in train mode replaces them), or why the buffers
+    cannot be stacked: only these two kinds can."""
+    iterating = power_iterations(network)
+    if isinstance(iterating, str):
+        return iterating
+    vectors = {name for it in iterating for name in (it.u, it.v)}
+    found: dict[str, float | None] = {}
     for prefix, module in network.named_modules():
         for own, _ in module.named_buffers(recurse=False):
             name = f"{prefix}.{own}" if prefix else own
+            if name in vectors:
+                found[name] = None
+                continue
             if not isinstance(module, nn.modules.batchnorm._BatchNorm):
-                return f"buffers other than BatchNorm running statistics ({name} of {type(module).__name__})"
+                return (
+                    "buffers other than BatchNorm running statistics and spectral norm's vectors "
+                    f"({name} of {type(module).__name__})"
+                )
             if module.momentum is None:
                 return f"BatchNorm with momentum None (a cumulative average: {name})"
             found[name] = float(module.momentum)
@@ -81,8 +186,9 @@ def unstackable(role: str, individuals: Sequence[Individual], loss: Loss, *, hoo
     if hooks and found and role == "discriminator" and shared_by_attackers(individuals):
         # The controller's balance-ratio forwards run D in train mode after a G step; looped, they fall
         # between the steps of one cell's generators, stacked after all of them: another order of updates.
+        kind = "BatchNorm" if any(m is not None for m in found.values()) else "spectral-norm"
         return (
-            "sparse cells with several generators facing one BatchNorm discriminator: the controller's "
+            f"sparse cells with several generators facing one {kind} discriminator: the controller's "
             "forwards between their steps (balance-ratio samples) would move its running statistics in "
             "another order"
         )
@@ -229,7 +335,9 @@ class Stack:
         found = momenta(self.template)
         if isinstance(found, str):  # unstackable() refuses these first
             raise ValueError(f"cannot stack: {found}")
-        self.momenta: dict[str, float] = found
+        self.momenta: dict[str, float | None] = found
+        iterating = power_iterations(self.template)
+        self.iterations: list[PowerIteration] = iterating if isinstance(iterating, list) else []
         buffers = [dict(ind.network.named_buffers()) for ind in self.individuals]
         self.buffers: Params = {name: torch.stack([b[name] for b in buffers]) for name in self.momenta}
         device = self.flat.device
@@ -339,6 +447,47 @@ def _owner(network: nn.Module, name: str) -> tuple[nn.Module, str]:
     return network.get_submodule(prefix), local
 
 
+@contextlib.contextmanager
+def _evaluating(iterations: Sequence[tuple[PowerIteration, nn.Module]]) -> Iterator[None]:
+    """The spectral norms' modules in eval mode for the block (they then read their vectors without
+    iterating), and what the old-style hook writes to them put back afterwards (no batched tensor stays)."""
+    modes = [owner.training for _, owner in iterations]
+    kept = [getattr(owner, it.attribute) if it.attribute else None for it, owner in iterations]
+    for _, owner in iterations:
+        owner.training = False
+    try:
+        yield
+    finally:
+        for (it, owner), mode, value in zip(iterations, modes, kept, strict=True):
+            owner.training = mode
+            if it.attribute:
+                setattr(owner, it.attribute, value)
+
+
+def _chain(stack: Stack, opposed: Opposed, targets: Sequence[Target | None]) -> None:
+    """Rows facing the same opponent at once start where the looped path's earlier rows left its
+    power-iteration vectors: the k-th such row from its vectors after k forwards (the opponent's weights
+    stand still meanwhile), so after the batched forward each row holds what its looped forward left and
+    ``commit``, copying row after row, leaves the opponent the last one's."""
+    live = [(it, stack.template.get_submodule(it.owner)) for it in stack.iterations]
+    live = [(it, owner) for it, owner in live if owner.training]
+    if not live or not any(targets):
+        return
+    earlier: dict[object, int] = {}
+    depth: list[int] = []
+    for target in targets:
+        key = None if target is None else target[0]
+        depth.append(earlier.get(key, 0) if key is not None else 0)
+        if key is not None:
+            earlier[key] = earlier.get(key, 0) + 1
+    for k in range(1, max(depth, default=0) + 1):
+        rows = torch.tensor([row for row, d in enumerate(depth) if d >= k])
+        for it, _ in live:
+            u, v = it.step(opposed.params[it.weight][rows], opposed.buffers[it.u][rows], opposed.buffers[it.v][rows])
+            opposed.buffers[it.u][rows] = u
+            opposed.buffers[it.v][rows] = v
+
+
 def rowwise(loss: Callable[..., torch.Tensor], *logits: torch.Tensor) -> torch.Tensor:
     """Each row's loss, by the loss's own call on that row's logits: the looped path's arithmetic, and
     for the few rows of a process cheaper than ``vmap`` of the loss."""
@@ -365,7 +514,7 @@ class Opposed:
         self._before = {name: b.clone() for name, b in buffers.items()} if any(targets) else {}
         self._targets = targets
 
-    def commit(self, momenta: dict[str, float]) -> None:
+    def commit(self, momenta: dict[str, float | None]) -> None:
         if not self._before:
             return
         with torch.no_grad():
@@ -378,10 +527,11 @@ class Opposed:
                 seen.add(key)
                 for name, used in self.buffers.items():
                     into = buffers[name] if index is None else buffers[name][index]
-                    if first:
+                    momentum = momenta[name]
+                    if first or momentum is None:  # power-iteration vectors: the row's start was chained
                         into.copy_(used[row])
                     else:
-                        keep = 1.0 - momenta[name] if used.is_floating_point() else 1
+                        keep = 1.0 - momentum if used.is_floating_point() else 1
                         into.mul_(keep).add_(used[row] - keep * self._before[name][row])
 
 
@@ -395,8 +545,10 @@ class StackedGan(StackedTraining):
         discriminators: Sequence[Individual],
         *,
         hooks: bool = False,
+        clip: float = 0.0,
     ) -> None:
         self.problem = problem
+        self.clip = clip  # WGAN's weight clipping after each D step (problem.clip_weights; 0: off)
         self.g, self.d = Stack(generators, gradients=hooks), Stack(discriminators, gradients=hooks)
         self._frozen: dict[int, Params] = {}  # neighbours' copies: their weights do not change this generation
         self.joint = problem.joint_discriminator_batch(self.d.template)
@@ -409,7 +561,21 @@ class StackedGan(StackedTraining):
             return lambda params, _, x: run_plan(plan, params, x)
         template = stack.template
         # in train mode BatchNorm updates the batched running statistics in place, each row its own
-        return vmap(lambda params, buffers, x: functional_call(template, (params, buffers), (x,)))
+        batched = vmap(lambda params, buffers, x: functional_call(template, (params, buffers), (x,)))
+        if not stack.iterations:
+            return batched
+        iterations = [(it, template.get_submodule(it.owner)) for it in stack.iterations]
+
+        def forward(params: Params, buffers: Params, x: torch.Tensor) -> torch.Tensor:
+            for it, owner in iterations:  # what each row's train-mode forward does first, in place
+                if owner.training:
+                    u, v = it.step(params[it.weight], buffers[it.u], buffers[it.v])
+                    buffers[it.u].copy_(u)
+                    buffers[it.v].copy_(v)
+            with _evaluating(iterations):
+                return batched(params, buffers, x)
+
+        return forward
 
     def _opponents(self, stack: Stack, chosen: Sequence[Individual], counted: Sequence[bool] | None = None) -> Opposed:
         """The stacked parameters and buffers of ``chosen[i]`` for every row ``i``: rows of the live stack
@@ -434,11 +600,13 @@ class StackedGan(StackedTraining):
                 buffers.append(own)
                 target = (id(ind), own, None)
             targets.append(target if count and stack.buffers else None)
-        return Opposed(
+        opposed = Opposed(
             {name: torch.stack([source[name] for source in sources]) for name in stack.names},
             {name: torch.stack([b[name] for b in buffers]) for name in stack.buffers},
             targets,
         )
+        _chain(stack, opposed, targets)
+        return opposed
 
     def _facing(self, opposed: Opposed, fake: torch.Tensor) -> torch.Tensor:
         with self.problem.precision.autocast():
@@ -552,6 +720,9 @@ class StackedGan(StackedTraining):
         losses = rowwise(self.problem.loss.discriminator_loss, real_logits.float(), fake_logits.float())
         grads = torch.autograd.grad(losses.sum(), [self.d.params[n] for n in self.d.names])
         self.d.adam(grads)
+        if self.clip:  # every parameter of every row, as the looped step clamps each network's
+            with torch.no_grad():
+                self.d.flat.clamp_(-self.clip, self.clip)
         if augment.adaptive:
             signs = real_logits.detach().float().cpu()  # one copy for every row
             for state, row_logits in zip(states, signs, strict=True):
@@ -567,10 +738,12 @@ __all__ = [
     "ELEMENTWISE",
     "PER_SAMPLE",
     "Opposed",
+    "PowerIteration",
     "Stack",
     "StackedGan",
     "linear_plan",
     "momenta",
+    "power_iterations",
     "run_plan",
     "signature",
     "unautocast",
