@@ -55,7 +55,12 @@ def one_run(args: argparse.Namespace, config: str, seed: int, output: Path) -> d
     before, started = machine(), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     summary, wall, run_dir = run_recipe(RECIPE, overrides)
     cells = summary["cells"]
-    finite = [c for c, s in cells.items() if all(math.isfinite(float(v)) for v in s["mixture"].values())]
+    last: dict[int, dict[str, Any]] = {}
+    for line in (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines():
+        record = json.loads(line)
+        last[record["cell"]] = record
+    # a NaN generator still scores as finite figures (0 modes, TVD 1): finite means its losses are
+    finite = [c for c, r in last.items() if all(math.isfinite(r[k]) for k in r if k.endswith("_loss"))]
     return {
         "config": config,
         "seed": seed,
