@@ -290,10 +290,13 @@ def plot(script: Script, records: Sequence[Mapping[str, Any]], path: Path) -> No
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(figsize=(7, 4.5), dpi=110)
+    figure, axes = plt.subplots(figsize=(7, 5.5), dpi=110)
+    # one curve per configuration and --set: a scheme's runs differ from the shipped grid's by their --set
+    common = set.intersection(*(set(r["set"]) for r in records))
     curves: dict[str, dict[int, list[Mapping[str, Any]]]] = {}
     for (_, _, name, horizon), runs in grouped(records).items():
-        curves.setdefault(name, {})[horizon] = runs
+        extra = " ".join(s for s in runs[0]["set"] if s not in common)
+        curves.setdefault(f"{name} {extra}".strip(), {})[horizon] = runs
     target = script.target[-1]
     for index, (name, points) in enumerate(sorted(curves.items())):
         colour = f"C{index}"
@@ -307,10 +310,13 @@ def plot(script: Script, records: Sequence[Mapping[str, Any]], path: Path) -> No
             sds = [statistics.stdev(v) if len(v) > 1 else 0.0 for v in values]
             axes.errorbar(horizons, means, yerr=sds, fmt=style, color=colour, label=label, capsize=3)
     axes.set_xscale("log", base=2)
+    ticks = sorted({h for points in curves.values() for h in points})
+    axes.set_xticks(ticks, [f"{h:,}" for h in ticks])
+    axes.minorticks_off()
     axes.set_xlabel("generator steps per cell")
     axes.set_ylabel(f"test {target} ({'higher' if script.higher_is_better else 'lower'} is better)")
     axes.set_title(f"{script.name}: chosen mixture (solid) and mean cell generator (dashed)")
-    axes.legend(fontsize=8)
+    axes.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path)
