@@ -224,3 +224,11 @@ def test_a_huge_but_finite_model_is_adopted(with_state: Pair) -> None:
     receiver = with_state.receiver
     assert receiver.receive({0: reencoded(with_state, poisoned("generator/", 3e38))})
     assert receiver.problem.finite(receiver.foreign[0]["generator"])
+
+
+@pytest.mark.parametrize("value", ["0", "1.5", '"half"'])
+def test_a_bad_restore_lr_is_one_line_naming_the_key(tmp_path: Path, value: str) -> None:
+    path = write_tiny_recipe(tmp_path)
+    result = CliRunner().invoke(cli, ["validate", str(path), "--set", f"population.restore_lr={value}"])
+    assert result.exit_code == 2, result.output
+    assert len(result.output.strip().splitlines()) == 1 and "population.restore_lr" in result.output

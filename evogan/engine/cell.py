@@ -485,6 +485,14 @@ class Cell:
             replaced[role] = accept
         return replaced
 
+    def _on_validation(
+        self, networks: Sequence[torch.nn.Module], weights: Sequence[float], seed: int
+    ) -> dict[str, float]:
+        """The mixture's metrics on the validation stream, on noise fixed by ``seed``: candidates compared
+        with one seed are compared on the same samples."""
+        noise = torch.Generator().manual_seed(seed)
+        return self.problem.evaluate_on(networks, list(weights), stream="validation", generator=noise)
+
     def _improves_mixture(self, offspring: Individual, incumbent: Individual, rnd: CellRandom) -> bool:
         """Whether the cell's mixture scores better on the validation stream with ``offspring`` standing for
         this cell than with ``incumbent``: what a generator adds to its neighbourhood's ensemble, not its
@@ -501,9 +509,7 @@ class Cell:
         def objective(candidate: Individual) -> float:
             own = self.evaluated(candidate)
             members = [own if c == self.index else n for c, n in zip(cells, networks, strict=True)]
-            noise = torch.Generator().manual_seed(seed)
-            metrics = self.problem.evaluate_on(members, share, stream="validation", generator=noise)
-            return self.problem.objective(metrics)
+            return self.problem.objective(self._on_validation(members, share, seed))
 
         return objective(offspring) < objective(incumbent)
 
@@ -551,8 +557,7 @@ class Cell:
         seed = int(rnd.numpy.integers(2**62))
 
         def score(candidate: np.ndarray) -> dict[str, float]:
-            noise = torch.Generator().manual_seed(seed)
-            return self.problem.evaluate_on(networks, candidate.tolist(), stream="validation", generator=noise)
+            return self._on_validation(networks, candidate.tolist(), seed)
 
         metrics = score(weights)
         mixture = self.settings.recipe.mixture
