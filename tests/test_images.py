@@ -6,6 +6,7 @@ import json
 import os
 import struct
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pydantic
@@ -496,3 +497,26 @@ def test_plugin_modules_register_components_with_documented_options() -> None:
         for key, field in cls.Options.model_fields.items():  # type: ignore[attr-defined]
             assert field.description, f"{cls.__name__}.{key}"
             assert not field.is_required(), f"{cls.__name__}.{key}"
+
+
+@pytest.mark.parametrize("cls", [MnistMlp, Dcgan64])
+def test_networks_built_from_one_skeleton_are_independent_and_drawn_from_the_seed(cls: type[Any]) -> None:
+    """Builds after the first copy a cached meta skeleton (spectral norm is slow to register): each copy is
+    its own module, drawn from its own seed, and other options get their own skeleton."""
+    small = cls(cls.Options(hidden=16, spectral_norm=True) if cls is MnistMlp else cls.Options(ngf=8, ndf=8))
+    shape = (1, 28, 28) if cls is MnistMlp else (1, 64, 64)
+    first = small.build("discriminator", shape, generator=seeded(5))
+    second = small.build("discriminator", shape, generator=seeded(5))
+    other = small.build("discriminator", shape, generator=seeded(6))
+    assert first is not second
+    values = [list(net.state_dict().values()) for net in (first, second, other)]
+    assert all(torch.equal(a, b) for a, b in zip(values[0], values[1], strict=True))
+    assert not all(torch.equal(a, b) for a, b in zip(values[0], values[2], strict=True))
+    with torch.no_grad():  # training one copy leaves the others (and the skeleton) alone
+        next(first.parameters()).add_(1.0)
+    assert not torch.equal(next(first.parameters()), next(second.parameters()))
+    assert not any(p.is_meta for p in small.build("discriminator", shape, generator=seeded(5)).parameters())
+    wide = cls(cls.Options(hidden=24, spectral_norm=True) if cls is MnistMlp else cls.Options(ngf=8, ndf=16))
+    assert sum(p.numel() for p in wide.build("discriminator", shape, generator=seeded(5)).parameters()) > sum(
+        p.numel() for p in first.parameters()
+    )

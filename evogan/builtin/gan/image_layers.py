@@ -3,7 +3,9 @@ defined, so they live here and are imported when a network is built, not when a 
 
 from __future__ import annotations
 
+import copy
 import math
+from collections.abc import Callable, Hashable
 
 import torch
 from torch import nn
@@ -14,6 +16,22 @@ _INIT_POWER_ITERATIONS = 15
 
 
 # --------------------------------------------------------------------------------------------- init
+_SKELETONS: dict[Hashable, nn.Module] = {}
+
+
+def skeleton(key: Hashable, build: Callable[[], nn.Module]) -> nn.Module:
+    """A fresh copy of the meta-device module ``build`` returns, built once per ``key`` in this process.
+
+    Registering a spectral-norm parametrization costs about 0.04 s even on the meta device, and a cell
+    builds networks every generation (each neighbour copy it adopts); a deep copy of the meta skeleton
+    costs about a millisecond. The copy holds no data: ``materialise`` draws every value.
+    """
+    if key not in _SKELETONS:
+        with torch.device("meta"):
+            _SKELETONS[key] = build()
+    return copy.deepcopy(_SKELETONS[key])
+
+
 def materialise(module: nn.Module, generator: torch.Generator, *, dcgan: bool) -> nn.Module:
     """Allocate a meta-built module on the generator's device and draw all its parameters from it.
 

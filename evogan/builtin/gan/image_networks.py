@@ -62,26 +62,28 @@ class MnistMlp(Networks[MnistMlpOptions]):
         self.check(sample_shape)
         from torch.nn.utils.parametrizations import spectral_norm
 
-        from evogan.builtin.gan.image_layers import Image, Logits, materialise
+        from evogan.builtin.gan.image_layers import Image, Logits, materialise, skeleton
 
         z, h, pixels = self.options.latent_size, self.options.hidden, math.prod(self.shape)
-        with torch.device("meta"):
+
+        def layers() -> nn.Module:
             if role == "generator":
-                net = nn.Sequential(
+                return nn.Sequential(
                     nn.Linear(z, h), nn.LeakyReLU(0.2),
                     nn.Linear(h, h), nn.LeakyReLU(0.2),
                     nn.Linear(h, pixels), nn.Tanh(),
                     Image(self.shape),
                 )  # fmt: skip
-            else:
-                sn = spectral_norm if self.options.spectral_norm else (lambda layer: layer)
-                net = nn.Sequential(
-                    nn.Flatten(),
-                    sn(nn.Linear(pixels, h)), nn.LeakyReLU(0.2),
-                    sn(nn.Linear(h, h)), nn.LeakyReLU(0.2),
-                    sn(nn.Linear(h, 1)),
-                    Logits(),
-                )  # fmt: skip
+            sn = spectral_norm if self.options.spectral_norm else (lambda layer: layer)
+            return nn.Sequential(
+                nn.Flatten(),
+                sn(nn.Linear(pixels, h)), nn.LeakyReLU(0.2),
+                sn(nn.Linear(h, h)), nn.LeakyReLU(0.2),
+                sn(nn.Linear(h, 1)),
+                Logits(),
+            )  # fmt: skip
+
+        net = skeleton((self.name, role, self.options.model_dump_json()), layers)
         return materialise(net, generator, dcgan=False)
 
 
@@ -105,15 +107,17 @@ class Dcgan64(Networks[ConvOptions]):
         _check_image(self.name, sample_shape, self.size, (1, 3))
 
     def build(self, role: Role, sample_shape: tuple[int, ...], *, generator: torch.Generator) -> nn.Module:
-        from evogan.builtin.gan.image_layers import dcgan_discriminator, dcgan_generator, materialise
+        from evogan.builtin.gan.image_layers import dcgan_discriminator, dcgan_generator, materialise, skeleton
 
         self.check(sample_shape)
-        channels = sample_shape[0]
-        with torch.device("meta"):
+        channels, o = sample_shape[0], self.options
+
+        def layers() -> nn.Module:
             if role == "generator":
-                net = dcgan_generator(self.options.latent_size, self.options.ngf, channels, self.size)
-            else:
-                net = dcgan_discriminator(self.options.ndf, channels, self.size)
+                return dcgan_generator(o.latent_size, o.ngf, channels, self.size)
+            return dcgan_discriminator(o.ndf, channels, self.size)
+
+        net = skeleton((self.name, role, channels, o.model_dump_json()), layers)
         return materialise(net, generator, dcgan=True)
 
 

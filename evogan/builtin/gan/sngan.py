@@ -52,15 +52,18 @@ class Sngan32(Networks[SnganOptions]):
             )
 
     def build(self, role: Role, sample_shape: tuple[int, ...], *, generator: torch.Generator) -> nn.Module:
+        from evogan.builtin.gan.image_layers import skeleton
         from evogan.builtin.gan.sngan_layers import materialise, sngan_discriminator, sngan_generator
 
         self.check(sample_shape)
         o, channels = self.options, sample_shape[0]
-        with torch.device("meta"):
+
+        def layers() -> nn.Module:
             if role == "generator":
-                net = sngan_generator(o.latent_size, o.ngf, channels)
-            else:
-                net = sngan_discriminator(o.ndf, channels, o.leak, o.spectral_norm)
+                return sngan_generator(o.latent_size, o.ngf, channels)
+            return sngan_discriminator(o.ndf, channels, o.leak, o.spectral_norm)
+
+        net = skeleton((self.name, role, channels, o.model_dump_json()), layers)
         return materialise(net, generator)
 
 
