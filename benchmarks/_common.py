@@ -9,7 +9,7 @@ import platform
 import statistics
 import subprocess
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +19,14 @@ ROOT = Path(__file__).resolve().parents[1]
 LOGS = ROOT / "benchmarks" / "logs"
 
 
-def run_recipe(recipe: Path, overrides: Sequence[str]) -> tuple[dict[str, Any], float, Path]:
-    """Run quietly; return (summary, wall seconds, run directory)."""
+def run_recipe(
+    recipe: Path, overrides: Sequence[str], stop: Callable[[], bool] = lambda: False
+) -> tuple[dict[str, Any], float, Path]:
+    """Run quietly; return (summary, wall seconds, run directory). ``stop`` is asked after each
+    generation: true ends the run there, checkpoints written (as a first Ctrl-C does)."""
     prepared = prepare(recipe, overrides=list(overrides))
     started = time.perf_counter()
-    summary = run_in_process(prepared)
+    summary = run_in_process(prepared, stop=stop)
     return summary, time.perf_counter() - started, prepared.run_dir.path
 
 
@@ -64,8 +67,9 @@ def git_commit() -> tuple[str, bool]:
         return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
 
     head = git("rev-parse", "--short=12", "HEAD")
-    if head.returncode != 0:
-        return "unknown", True
+    if head.returncode != 0:  # a copy without .git (the GPU machine's): the commit it was made from, if given
+        given = os.environ.get("EVOGAN_COMMIT", "")
+        return (given[:12], False) if given else ("unknown", True)
     return head.stdout.strip(), git("diff", "--quiet", "HEAD", "--").returncode != 0
 
 

@@ -32,6 +32,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import LOGS, ROOT, append_log, git_commit, log_path, machine, mean_sd, read_logs, run_recipe
 from _controls import (
@@ -98,8 +100,12 @@ def score_along(
     flops: Sequence[float],
     log: Path,
 ) -> None:
-    """Score ``run_dir`` at each generation of ``points`` (horizon -> generation), one log line each."""
+    """Score ``run_dir`` at each generation of ``points`` (horizon -> generation) it has a checkpoint of
+    (a run stopped by ``--deadline`` has the early ones), one log line each."""
     trained = load_run(run_dir)
+    if missed := sorted(h for h, g in points.items() if g not in trained.generations):
+        print(f"{run_dir.name}: stopped before the horizons {missed}; scoring the rest", flush=True)
+    points = {h: g for h, g in points.items() if g in trained.generations}
     alone = trained.problem.roles[0]
     for horizon, generation in sorted(points.items()):
         scores = trained.at(generation).scores()
@@ -138,6 +144,7 @@ def base_record(
         "seed": seed,
         "commit": commit,
         "dirty": dirty,
+        "device": torch.cuda.get_device_name(0) if recipe.run.device != "cpu" and torch.cuda.is_available() else "cpu",
     }
 
 
@@ -152,8 +159,12 @@ def sweep(script: Script, args: argparse.Namespace) -> Path:
     if unknown := set(args.configs) - set(configs):
         raise SystemExit(f"--configs: unknown {', '.join(sorted(unknown))}; known: {', '.join(configs)}")
     log = log_path(NAME, args.log_dir)
+    deadline = time.monotonic() + args.deadline if args.deadline else math.inf
     for seed in args.seeds:
         for name in args.configs:
+            if time.monotonic() > deadline:
+                print(f"--deadline: {name} seed {seed} not run", flush=True)
+                continue
             config = configs[name]
             points = dict(zip(sorted(args.horizons), wanted, strict=True))
             if name.startswith("lone-flops-"):  # the lone GAN's generations of the grid's FLOPs at each horizon
@@ -176,7 +187,7 @@ def sweep(script: Script, args: argparse.Namespace) -> Path:
             recipe = load(script, registries, overrides)
             flops = cumulative_flops(recipe, registries, recipe.run.generations)
             before, started = machine(), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-            _, wall, run_dir = run_recipe(script.recipe, overrides)
+            _, wall, run_dir = run_recipe(script.recipe, overrides, stop=lambda: time.monotonic() > deadline)
             base = base_record(script, config, recipe, seed, [*script.base(args), *args.set])
             base |= {"wall_s": wall, "started": started, "machine": {**before, "load_end": machine()["load"]}}
             base |= {
@@ -211,6 +222,14 @@ def adopt(script: Script, args: argparse.Namespace, run_dir: Path, name: str) ->
 
 
 # ------------------------------------------------------------------------------------------ tables
+# How a run was executed, not what was trained: lines differing only in these group together.
+EXECUTION = ("run.vectorize=", "run.threads=", "run.device=", "run.keep_checkpoints=")
+
+
+def configuration_set(record: Mapping[str, Any]) -> list[str]:
+    return [s for s in record["set"] if not s.startswith(EXECUTION)]
+
+
 def grouped(records: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str, str, int], list[Mapping[str, Any]]]:
     """Lines by (benchmark, --set, configuration, horizon)."""
     out: dict[tuple[str, str, str, int], list[Mapping[str, Any]]] = {}
@@ -218,7 +237,7 @@ def grouped(records: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str, str, i
         for name in record["configs"]:
             key = (
                 f"{record['of']} {record['recipe']}@{record['recipe_sha']}",
-                " ".join(record["set"]),
+                " ".join(configuration_set(record)),
                 name,
                 record["horizon"],
             )
@@ -292,10 +311,10 @@ def plot(script: Script, records: Sequence[Mapping[str, Any]], path: Path) -> No
 
     figure, axes = plt.subplots(figsize=(7, 5.5), dpi=110)
     # one curve per configuration and --set: a scheme's runs differ from the shipped grid's by their --set
-    common = set.intersection(*(set(r["set"]) for r in records))
+    common = set.intersection(*(set(configuration_set(r)) for r in records))
     curves: dict[str, dict[int, list[Mapping[str, Any]]]] = {}
     for (_, _, name, horizon), runs in grouped(records).items():
-        extra = " ".join(s for s in runs[0]["set"] if s not in common)
+        extra = " ".join(s for s in configuration_set(runs[0]) if s not in common)
         curves.setdefault(f"{name} {extra}".strip(), {})[horizon] = runs
     target = script.target[-1]
     for index, (name, points) in enumerate(sorted(curves.items())):
@@ -348,6 +367,12 @@ def main() -> None:
     parser.add_argument("--set", nargs="+", default=[], help="further recipe overrides, KEY=VALUE")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--output-dir", type=Path, help="keep the run directories here (default: a temporary one)")
+    parser.add_argument(
+        "--deadline",
+        type=float,
+        help="seconds from the start after which training stops (at the end of a generation) and only the "
+        "horizons reached are scored; later runs of the sweep are skipped (default: none)",
+    )
     parser.add_argument("--log-dir", type=Path, default=LOGS, help="where horizon/<commit>.jsonl goes")
     parser.add_argument("--adopt", nargs=2, metavar=("RUN_DIR", "CONFIG"), help="score this run as CONFIG and stop")
     parser.add_argument("--summarise", type=Path, nargs="*", help="print the tables of these logs and stop")
