@@ -55,6 +55,7 @@ for seed in 1 2 3; do
     job lone-steps "$seed"
     job grid-2x2 "$seed" "$fade"
 done
+job lone-flops-2x2 1
 wait
 for f in /tmp/jobs/*.log; do echo "=== $f"; cat "$f"; done >"$OUT/jobs.log"
 cat /tmp/logs/horizon/*.jsonl >"$OUT/horizon.jsonl" 2>/dev/null
