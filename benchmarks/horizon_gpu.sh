@@ -6,7 +6,7 @@
 #   EVOGAN_COMMIT=<hash> OUT=<dir> bash benchmarks/horizon_gpu.sh
 #
 # The machine's python3 has torch; the packages it lacks come as wheels in .whl/ (see
-# /work/.library/device/README.md). Output: $OUT/horizon.jsonl (horizon.py's lines), $OUT/jobs.log (every
+# /work/.library/device/README.md). Output: $OUT/logs/horizon/<commit>.jsonl (horizon.py's lines, written as each horizon is scored), $OUT/jobs.log (every
 # job's output), $OUT/gpu-tests.log (the gpu-marked tests, run beside the jobs as a correctness check).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -24,7 +24,9 @@ else
     export PYTHONPATH=$PWD
 fi
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader || true
-$PYTHON -c 'import torch, evogan; print("torch", torch.__version__, "cuda", torch.cuda.is_available())' || exit 1
+$PYTHON -c '
+import torch, evogan.engine.run, evogan.builtin.gan.problem, deap.tools, zmq, pydantic, torch_fidelity, mlxtend
+print("torch", torch.__version__, "cuda", torch.cuda.is_available())' || exit 1
 
 # Can the stacked backend train on CUDA? Two tiny generations decide; the looped one is the fallback.
 backend=run.vectorize=false
@@ -44,8 +46,8 @@ job() {  # CONFIG SEED [SET...]: one horizon.py run in the background
     local config=$1 seed=$2
     shift 2
     # shellcheck disable=SC2086  # HORIZONS is a list
-    $PYTHON benchmarks/horizon.py --of grid_size --grids 2x2 --horizons $HORIZONS --batches "$BATCHES" --configs "$config" \
-        --seeds "$seed" --deadline "$DEADLINE" --log-dir /tmp/logs --output-dir /tmp/runs \
+    timeout "$((DEADLINE + 150))" $PYTHON benchmarks/horizon.py --of grid_size --grids 2x2 --horizons $HORIZONS --batches "$BATCHES" --configs "$config" \
+        --seeds "$seed" --deadline "$DEADLINE" --log-dir "$OUT/logs" --output-dir /tmp/runs \
         --set "$backend" "$@" >"/tmp/jobs/$config-$seed-$#.log" 2>&1 &
 }
 # grid-2x2 without --pairing is the demo's recipe as shipped (g_neighbourhood)
@@ -58,6 +60,5 @@ done
 job lone-flops-2x2 1
 wait
 for f in /tmp/jobs/*.log; do echo "=== $f"; cat "$f"; done >"$OUT/jobs.log"
-cat /tmp/logs/horizon/*.jsonl >"$OUT/horizon.jsonl" 2>/dev/null
 grep -h "seed .* at .* steps" /tmp/jobs/*.log
 tail -3 "$OUT/gpu-tests.log"

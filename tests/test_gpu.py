@@ -52,7 +52,7 @@ def test_pick_device_takes_local_rank_modulo_the_visible_gpus(monkeypatch: pytes
 def test_local_rank_places_workers_and_two_share_one_gpu(tiny_recipe) -> None:
     from test_distributed import launched
 
-    run_dir, _ = launched(tiny_recipe(generations=2), CUDA)
+    run_dir, _ = launched(tiny_recipe(generations=2), 'run.device="auto"')  # "cuda" wants a GPU per worker
     count = torch.cuda.device_count()
     for rank in (0, 1):
         out = (run_dir / "logs" / f"worker-{rank:04d}.out").read_text()

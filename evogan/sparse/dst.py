@@ -152,6 +152,7 @@ def prune_and_grow(
 ) -> tuple[dict[str, torch.Tensor], int]:
     """One DST update: prune ``round(fraction * active)`` by magnitude, regrow as many; returns
     ``(new masks, number replaced)``. Weights and optimizer state are updated in place."""
+    masks = {n: m.to(params[n].device) for n, m in masks.items()}  # a mask restored on the CPU meets CUDA weights
     count = round(fraction * active_count(masks))
     pruned = prune_magnitude(params, masks, count)
     new, grown = grow(params, pruned, count, growth=growth, generator=generator)

@@ -38,7 +38,7 @@ def kid(
     ``memo``: a dict kept with ``real`` across calls. The subsets are drawn the same way on every call with
     the same sizes, so the real side's kernel sums are computed once and then looked up (a run scores its
     mixtures against one reference hundreds of times); the values are the same to the last bit."""
-    real, fake = real.double(), fake.double()
+    real, fake = real.double(), fake.to(real.device).double()  # scored where the reference lives
     size = min(subset_size, real.shape[0], fake.shape[0])
     if size < 2:
         raise ValueError(f"KID needs at least 2 samples per set, got {real.shape[0]} and {fake.shape[0]}")
@@ -94,7 +94,8 @@ def prdc(
     """Precision (the share of fakes inside some real sample's k-NN ball), recall (the share of reals inside
     some fake's ball), density (balls containing each fake, over k, averaged) and coverage (the share of
     reals whose own ball holds a fake). ``real_radii``: the reals' k-NN radii, when already known."""
-    radii_real = nearest_radii(real, k) if real_radii is None else real_radii.double()
+    fake = fake.to(real.device)  # scored where the reference lives (kept once; the fakes are new each call)
+    radii_real = nearest_radii(real, k) if real_radii is None else real_radii.to(real.device).double()
     radii_fake = nearest_radii(fake, k)
     between = distances(fake, real)  # (fakes, reals)
     inside = between < radii_real.unsqueeze(0)  # strict, as the reference implementation (prdc)

@@ -181,8 +181,8 @@ class ModeCoverage(Metric["ModeCoverage.Options"]):
         counts = torch.bincount(mode[good], minlength=modes).float()
         n = max(len(samples), 1)
         due = n / modes
-        generated = torch.cat([counts / n, torch.tensor([1 - counts.sum().item() / n])])
-        ideal = torch.cat([torch.full((modes,), 1 / modes), torch.zeros(1)])
+        generated = torch.cat([counts / n, counts.new_tensor([1 - counts.sum().item() / n])])
+        ideal = torch.cat([counts.new_full((modes,), 1 / modes), counts.new_zeros(1)])
         return {
             "modes_covered": float((counts >= self.options.coverage_fraction * due).sum()),
             "hq_fraction": float(good.float().mean()),
