@@ -82,6 +82,12 @@ class Precision:
             raise ValueError(f"precision {self.name!r}: must be one of {', '.join(PRECISIONS)}")
         if self.name == "fp32":  # no autocast at all: fp32 records stay bitwise what they were
             context: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext
+            if self.device_type == "cuda":
+                import torch
+
+                # and fp32 convolutions: cuDNN's default is TF32 (a 10-bit mantissa) on Ampere and later,
+                # under which the H200 gave the looped and stacked backends different conv32 records
+                torch.backends.cudnn.allow_tf32 = False
         else:
             import torch
 

@@ -259,4 +259,6 @@ def test_cuda_looped_and_stacked_agree_under_bf16(tiny_recipe) -> None:
     stacked = records(run(path, CUDA, BF16, "run.vectorize=true"))
     for a, b in zip(looped, stacked, strict=True):
         for key in ("g_loss", "d_loss", "mixture_score"):
-            assert a[key] == pytest.approx(b[key], rel=1e-2, abs=1e-3)
+            # at most two bf16 ulps apart (2 * 2^-7 of the value): the H200's first run differed by two
+            # (0.546875 against 0.5390625, a mixture score) where 1 % allowed fewer
+            assert a[key] == pytest.approx(b[key], rel=2**-6, abs=1e-3)

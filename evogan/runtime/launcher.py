@@ -14,6 +14,7 @@ generation every worker stops at (after checkpointing); a second Ctrl-C kills th
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -344,6 +345,10 @@ def launch(
         workers=world,
         layout=topology.layout(),
     )
+    # shutdown_timeout is newer than torch 2.11 (seen on the GPU machine): older releases keep their 30 s
+    newer: dict[str, Any] = {}
+    if "shutdown_timeout" in {f.name for f in dataclasses.fields(LaunchConfig)}:
+        newer["shutdown_timeout"] = 5
     config = LaunchConfig(
         min_nodes=nodes.count,
         max_nodes=nodes.count,
@@ -364,7 +369,7 @@ def launch(
         max_restarts=recipe.run.max_restarts,
         monitor_interval=0.1,
         start_method="spawn",
-        shutdown_timeout=5,
+        **newer,
         # Workers redirect their own output to logs/worker-<rank>.out (torch's redirect leaks file handles).
         logs_specs=DefaultLogsSpecs(log_dir=str(run_dir.path / "logs" / "elastic")),
     )
