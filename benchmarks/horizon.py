@@ -265,9 +265,8 @@ def table(script: Script, records: Sequence[Mapping[str, Any]]) -> str:
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     for (bench, extra, name, horizon), runs in sorted(grouped(records).items()):
         # a star marks a run on a GPU (its own noise, so a seed run on both devices counts twice)
-        seeds = " ".join(
-            f"{r['seed']}{'*' if r.get('device', 'cpu') != 'cpu' else ''}" for r in sorted(runs, key=lambda r: r["seed"])
-        )
+        ordered = sorted(runs, key=lambda r: r["seed"])
+        seeds = " ".join(f"{r['seed']}{'*' if r.get('device', 'cpu') != 'cpu' else ''}" for r in ordered)
         cells = [bench, extra or "-", name, str(horizon), seeds]
         for _, path in columns:
             cells.append(mean_sd([lookup(r, path) for r in runs]) if all(has(r, path) for r in runs) else "-")
