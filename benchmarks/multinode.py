@@ -1,4 +1,4 @@
-"""Faults on a real multi-node run: two network namespaces on one bridge (evogan.testing.netns), one
+"""Faults on a real multi-node run: two network namespaces on one bridge (tests/netns.py), one
 ``evogan run --nnodes 2`` agent in each on a shared run directory, CURVE on, and one fault per run.
 
     sudo .venv/bin/python benchmarks/multinode.py faults [--recipe recipes/toy-ring.toml] [--generations 40]
@@ -13,7 +13,7 @@ once the link is back). Per case it prints the wall time (first agent start to l
 included) and its ratio to the fault-free run, exchange seconds per cell-generation (the ``exchange``
 timing: waiting for neighbours plus publishing), bytes on the wire per generation (every node's interface,
 CURVE and control traffic included), the largest staleness recorded, worker and agent restarts, and
-whether :func:`evogan.testing.netns.audit` found every (cell, generation) once, within the staleness
+whether :func:`netns.audit` (tests/netns.py) found every (cell, generation) once, within the staleness
 bound, with nothing missing from the run directory.
 
 ``demo`` runs recipes/demo.toml's networks (the MNIST MLPs) for a few generations on two nodes, with and
@@ -33,7 +33,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from evogan.testing.netns import Agent, Cluster, Impairment, audit, completed_generations, unavailable
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the cluster tooling lives with the tests
+from netns import Agent, Cluster, Impairment, audit, completed_generations, unavailable
 
 ROOT = Path(__file__).resolve().parents[1]
 CELLS = 4

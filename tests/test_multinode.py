@@ -1,5 +1,5 @@
 """Several machines for real: which node hosts the rendezvous, the node watch, and runs across network
-namespaces (separate network stacks on one bridge, evogan.testing.netns) that meet a cut link, a killed
+namespaces (separate network stacks on one bridge, tests/netns.py) that meet a cut link, a killed
 agent and a cut head. The namespace tests are ``slow`` and skip, saying why, where namespaces cannot be
 made (not root, no iproute2)."""
 
@@ -12,13 +12,13 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import netns
 import pytest
+from netns import Cluster, Impairment, audit, completed_generations, wait_for
 
 from evogan.errors import UserError
 from evogan.runtime import rendezvous
 from evogan.runtime.liveness import NodeWatch
-from evogan.testing import netns
-from evogan.testing.netns import Cluster, Impairment, audit, completed_generations, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 TOY = ROOT / "recipes" / "toy-ring.toml"

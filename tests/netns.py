@@ -2,9 +2,12 @@
 a shared run directory, and faults on their links (``link``, ``impair``). Needs root and iproute2.
 
 Nodes reach each other only through a switch namespace of their own, so nothing touches the host's network. Without
-``tc netem``, loss and delay act on incoming traffic (iptables and :mod:`evogan.testing.nfqueue`): delayed outgoing
+``tc netem``, loss and delay act on incoming traffic (iptables and :mod:`nfqueue`, beside this file): delayed outgoing
 packets would count against the sender's TCP small-queue budget and throttle it far below the link. Teardown always
 runs (``close``, also at exit), and a new cluster first deletes namespaces whose creating process is gone.
+
+Lives with the tests (``tests/test_multinode.py``) and serves ``benchmarks/multinode.py`` too; it is not
+shipped in the package (root-only tooling no plugin author needs).
 """
 
 from __future__ import annotations
@@ -354,12 +357,10 @@ class Cluster:
                         "burst", f"{burst}kb", "latency", "200ms"])  # fmt: skip
 
     def _delay(self, node: int, delay_ms: float, jitter_ms: float) -> None:
-        from evogan.testing import nfqueue
-
         log = self.workdir / f"delayer-n{node}.log"
         argv = [
             sys.executable,
-            str(Path(nfqueue.__file__)),
+            str(Path(__file__).with_name("nfqueue.py")),
             "--delay-ms",
             f"{delay_ms:g}",
             "--jitter-ms",

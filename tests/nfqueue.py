@@ -1,7 +1,7 @@
 """A link delay in user space, for kernels without ``tc netem``: packets queued by an iptables
 ``NFQUEUE`` rule are released after ``delay ± jitter`` milliseconds.
 
-    ip netns exec NS python -m evogan.testing.nfqueue --queue 0 --delay-ms 100 --jitter-ms 20
+    ip netns exec NS python tests/nfqueue.py --queue 0 --delay-ms 100 --jitter-ms 20
 
 Speaks nfnetlink_queue (``linux/netfilter/nfnetlink_queue.h``) over a raw netlink socket: no library.
 Each packet draws its delay uniformly from ``[delay - jitter, delay + jitter]``; packets leave in the
