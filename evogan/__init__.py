@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from evogan.hookspecs import hookimpl
+from evogan.training import run  # light: torch is imported when a run starts
 from evogan.version import __version__
 
 if TYPE_CHECKING:
@@ -24,4 +25,4 @@ def load(
     return load_run(path, device=device, disable=disable, generation=generation)
 
 
-__all__ = ["__version__", "hookimpl", "load"]
+__all__ = ["__version__", "hookimpl", "load", "run"]

@@ -14,7 +14,7 @@ from rich.console import Console
 
 from evogan import __version__
 from evogan.cli_common import disable_option, fail, handle_errors, leave, plugin_manager
-from evogan.errors import EvoganError, RecipeError, RunFailure, UserError
+from evogan.errors import EvoganError, RecipeError, UserError
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -49,21 +49,15 @@ def overrides_from(
     workers: int | None,
     sets: tuple[str, ...],
 ) -> list[str]:
+    from evogan.training import overrides_for
+
     overrides = []
-    if seed is not None:
-        overrides.append(f"run.seed={seed}")
-    if generations is not None:
-        overrides.append(f"run.generations={generations}")
-    if output_dir is not None:
-        overrides.append(f"run.output_dir={json.dumps(str(output_dir))}")
-    if workers is not None:
-        overrides.append(f"run.workers={workers}")
     if grid is not None:
         rows, sep, cols = grid.lower().partition("x")
         if not sep or not rows.isdigit() or not cols.isdigit():
             raise click.BadParameter("expected ROWSxCOLS, e.g. 3x3", param_hint="--grid")
         overrides += [f"topology.rows={rows}", f"topology.cols={cols}"]
-    return [*overrides, *sets]
+    return overrides_for(seed, generations, output_dir, workers, [*overrides, *sets])
 
 
 NNODES_HELP = (
@@ -183,7 +177,9 @@ def run(
     reporter = TerminalReporter(console, mode)  # type: ignore[arg-type]
     pm = plugin_manager(disable, (reporter,))
     overrides = overrides_from(seed, generations, grid, output_dir, workers, sets)
-    explicit = workers is not None or any(s.replace(" ", "").startswith("run.workers=") for s in sets)
+    from evogan.training import workers_explicit
+
+    explicit = workers_explicit(workers, sets)
     prepared = prepare(
         recipe,
         resume_dir=resume_dir,
@@ -215,22 +211,13 @@ def run(
 def _run_prepared(
     prepared: Any, stop: StopFlag, console: Console, quiet: bool, disable: tuple[str, ...], nodes: Any
 ) -> None:
-    from evogan.runtime.single import run_in_process
+    from evogan.training import execute
 
     try:
-        if prepared.recipe.run.workers > 1 or nodes.count > 1:
-            from evogan.runtime.launcher import launch
-
-            summary = launch(prepared, stop=stop, console=console, quiet=quiet, blocked=disable, nodes=nodes)
-        else:
-            summary = run_in_process(prepared, stop=stop)
+        execute(prepared, stop=stop, console=console, quiet=quiet, disable=disable, nodes=nodes)
     except KeyboardInterrupt:
         console.print("[red]aborted; the last written checkpoints are intact[/]")
         leave(130)
-    from evogan.engine.divergence import failure_line
-
-    if line := failure_line(summary):
-        raise RunFailure(f"{prepared.run_dir.path}: {line}")
 
 
 # ---------------------------------------------------------------------------------------------- validate

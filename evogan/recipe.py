@@ -603,7 +603,8 @@ def load(path: Path, registries: Registries, overrides: Iterable[str] = ()) -> R
 
 
 # ------------------------------------------------------------------------------------------ writing
-def _toml_value(value: Any) -> str:
+def toml_value(value: Any) -> str:
+    """``value`` as a TOML value (a string quoted, a dict an inline table); TypeError for anything else."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int | float):
@@ -611,9 +612,9 @@ def _toml_value(value: Any) -> str:
     if isinstance(value, str | Path):
         return json.dumps(str(value))
     if isinstance(value, list):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{json.dumps(k)} = {_toml_value(v)}" for k, v in value.items()) + "}"
+        return "{" + ", ".join(f"{json.dumps(k)} = {toml_value(v)}" for k, v in value.items()) + "}"
     raise TypeError(f"cannot write {value!r} as TOML")
 
 
@@ -621,7 +622,7 @@ def dumps_toml(data: Mapping[str, Any], prefix: str = "") -> str:
     """A small TOML writer for recipes (tables of scalars, lists and nested tables)."""
     scalars = {k: v for k, v in data.items() if not isinstance(v, Mapping)}
     tables = {k: v for k, v in data.items() if isinstance(v, Mapping)}
-    lines = [f"{json.dumps(k) if not k.isidentifier() else k} = {_toml_value(v)}" for k, v in scalars.items()]
+    lines = [f"{json.dumps(k) if not k.isidentifier() else k} = {toml_value(v)}" for k, v in scalars.items()]
     out = ""
     if prefix and (scalars or not tables):
         out += f"[{prefix}]\n"
@@ -651,6 +652,7 @@ __all__ = [
     "dumps_toml",
     "load",
     "read_toml",
+    "toml_value",
     "transport_choice",
     "validate",
     "vectorize_choice",
