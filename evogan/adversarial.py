@@ -26,6 +26,7 @@ from evogan.api import (
     StackedTraining,
     Variation,
 )
+from evogan.errors import UserError
 from evogan.individual import Individual
 
 if TYPE_CHECKING:
@@ -148,6 +149,10 @@ class AdversarialProblem(Problem[OptionsT]):
         gens = [g for job in jobs for g in job.members["generator"]]
         discs = [d for job in jobs for d in job.members["discriminator"]]
         started = time.perf_counter()
+        if getattr(jobs[0].pairing, "adapts_faced", False):
+            raise UserError(
+                "pairing.adapt_faced trains neighbours' copies one at a time: set run.vectorize = false"
+            )
         stacked = self.stacked_training(gens, discs, hooks=self._views(jobs[0].sparsity is not None))
         if isinstance(stacked, str):  # the engine asked together_obstacle first: these individuals changed
             raise RuntimeError(f"cells trained together: {stacked}")
@@ -210,6 +215,8 @@ def _train(
     member's mutation, from the cell's own streams; one step of every generator on ``backend``; the sparsity
     hooks row by row; the same for the discriminators. Yields ``step`` where the run exchanges models."""
     pairing, mutate, sparsity = jobs[0].pairing, jobs[0].mutation.mutate, jobs[0].sparsity
+    if sparsity is not None and getattr(pairing, "adapts_faced", False):
+        raise UserError("pairing.adapt_faced does not train sparse copies (their masks): turn one of them off")
     gens = [g for job in jobs for g in job.members["generator"]]
     discs = [d for job in jobs for d in job.members["discriminator"]]
     batches = [problem.training_batches(generator=job.rnd.torch, cell=job.cell_index) for job in jobs]
@@ -227,6 +234,8 @@ def _train(
                 jobs, reals, lambda job: pairing.generator_opponents(job.opponents["generator"], rng=job.rnd.numpy),
                 "generator", mutate,
             )  # fmt: skip
+            if getattr(pairing, "adapts_faced", False):
+                _adapt_faced(problem, jobs, faced, real_g, streams)
             infos = backend.generator_step(faced, real_g, streams)
             for g, chosen, info in zip(gens, faced, infos, strict=True):
                 info.step = step
@@ -250,6 +259,26 @@ def _train(
     if sparsity is not None:
         for job in jobs:
             sparsity.end_generation(job.members["generator"], job.members["discriminator"])
+
+
+def _adapt_faced(
+    problem: AdversarialProblem[Any],
+    jobs: Sequence[Variation],
+    faced: Sequence[Faced],
+    real: Sequence[torch.Tensor],
+    streams: Sequence[torch.Generator],
+) -> None:
+    """Before a generator step faces a neighbour's discriminator, that discriminator (the cell's copy) takes
+    one step against this generator's samples: a frozen critic that never trained on them is one the
+    generator learns to fool rather than to satisfy (issue 35)."""
+    rows = iter(zip(faced, real, streams, strict=True))
+    for job in jobs:
+        own = {id(d) for d in job.members["discriminator"]}
+        for g in job.members["generator"]:
+            chosen, batch, stream = next(rows)
+            for d, _ in chosen:
+                if id(d) not in own:
+                    problem.discriminator_step(d, g.network, batch, generator=stream)
 
 
 def _average(generator: Individual, decay: float) -> None:

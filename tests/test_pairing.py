@@ -34,7 +34,7 @@ from evogan.api import Pairing
 from evogan.cli import _attach_commands, cli
 from evogan.engine.cell import Cell, finish
 from evogan.engine.run import build_settings, build_topology
-from evogan.errors import ComponentConflictError
+from evogan.errors import ComponentConflictError, UserError
 from evogan.plugins import make_plugin_manager
 from evogan.registry import Registries
 from evogan.runtime.single import prepare, run_in_process
@@ -255,6 +255,46 @@ def test_neighbour_share_of_zero_is_own_pair_bit_for_bit(tiny_recipe) -> None:
     alone = records(run(path, "population.selection=false", 'pairing.use="own_pair"'))
     assert [r["g_loss"] for r in shared] == [r["g_loss"] for r in alone]
     assert [r["d_loss"] for r in shared] == [r["d_loss"] for r in alone]
+
+
+def test_adapt_faced_trains_each_faced_neighbour_copy_against_that_generator_first(tiny_recipe, monkeypatch) -> None:
+    """Every generator step against a neighbour's copy follows one step of that copy against the generator
+    (and no step of any other copy); the cell's own pair trains as before."""
+    from evogan.builtin.gan.problem import GanProblem
+
+    steps: list[tuple[str, int]] = []
+    original_d, original_g = GanProblem.discriminator_step, GanProblem.generator_step
+
+    def d_step(self, attacker, defender, real, *, generator):  # type: ignore[no-untyped-def]
+        steps.append(("D", id(attacker.network)))
+        return original_d(self, attacker, defender, real, generator=generator)
+
+    def g_step(self, attacker, defence, real, *, generator, **extra):  # type: ignore[no-untyped-def]
+        steps.append(("G", id(defence)))
+        return original_g(self, attacker, defence, real, generator=generator, **extra)
+
+    monkeypatch.setattr(GanProblem, "discriminator_step", d_step)
+    monkeypatch.setattr(GanProblem, "generator_step", g_step)
+    table = 'pairing={use="neighbour_share", generator_share=1.0, adapt_faced=true}'
+    path = tiny_recipe(seed=3, generations=1, rows=1, cols=2)
+    run(path, "population.selection=false", "run.vectorize=false", table)
+    g_steps = [i for i, (kind, _) in enumerate(steps) if kind == "G"]
+    assert g_steps and all(steps[i - 1] == ("D", steps[i][1]) for i in g_steps)  # the critic faced trained first
+    copies = {steps[i - 1][1] for i in g_steps}
+    own = {net for i, (kind, net) in enumerate(steps) if kind == "D" and i + 1 not in g_steps}
+    assert len(own) == 2 and not own & copies  # the copies are not the cells' own discriminators
+    adapted = records(run(path, "population.selection=false", table))
+    plain = records(run(path, "population.selection=false", table.replace(", adapt_faced=true", "")))
+    assert [r["g_loss"] for r in adapted] != [r["g_loss"] for r in plain]
+
+
+def test_adapt_faced_is_a_one_line_error_where_copies_cannot_train(tiny_recipe) -> None:
+    table = 'pairing={use="neighbour_share", adapt_faced=true}'
+    path = tiny_recipe(generations=1, rows=1, cols=2)
+    with pytest.raises(UserError, match=r"run\.vectorize = false"):
+        run(path, "population.selection=false", "run.vectorize=true", table)
+    with pytest.raises(UserError, match="sparse copies"):
+        run(path, "population.selection=false", table, 'sparsity={use="static", density_d=0.5}')
 
 
 def test_neighbour_share_blend_weighs_own_and_neighbours_in_every_step(tiny_recipe) -> None:

@@ -140,12 +140,25 @@ class NeighbourShare(Pairing["NeighbourShare.Options"]):
         fade_until: float = Field(
             1.0, gt=0, le=1, description="the fraction of the run's generations at which a fading share reaches 0"
         )
+        adapt_faced: bool = Field(
+            False,
+            description="a neighbour's discriminator that a generator step faces first takes one discriminator "
+            "step against that generator's samples (on the cell's copy, which the next exchange replaces), so "
+            "the generator cannot settle on samples a frozen critic never learned to reject; costs a D step "
+            "per such G step, trains looped (benchmarks/RESULTS.md, issue 35: neighbours' frozen critics "
+            "judged 98 % of a g_neighbourhood generator's samples real)",
+        )
 
         @model_validator(mode="after")
         def _blend_keeps_its_own_critic(self) -> NeighbourShare.Options:
             if self.blend and self.generator_share == 1.0:
                 raise ValueError("blend with generator_share = 1 never faces the own discriminator: use g_mixture")
             return self
+
+    @property
+    def adapts_faced(self) -> bool:
+        """Read by the GAN problem's training loop (see ``adapt_faced``)."""
+        return self.options.adapt_faced
 
     def scale(self, progress: float) -> float:
         """The factor on both shares at ``progress`` (0 at the run's start, towards 1 at its end)."""
