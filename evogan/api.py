@@ -445,7 +445,7 @@ class Problem(Component[OptionsT]):
         """What the problem may keep in an individual's ``extra`` (:class:`~evogan.individual.Individual`):
         name -> dtype and shape. The engine checkpoints, copies and sends those tensors with the weights
         and drops a neighbour's message whose ``extra`` is not this layout (all of it, or nothing). None
-        by default."""
+        by default. The names in :data:`evogan.individual.SLOTS` (``sparse``, ``average``) are taken."""
         return {}
 
     def evaluation_network(self, individual: Individual) -> nn.Module:
