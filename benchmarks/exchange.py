@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from evogan.engine.codec import Codec  # noqa: E402
-from evogan.individual import Individual  # noqa: E402
+from evogan.individual import SPARSE, Individual  # noqa: E402
 from evogan.transport import envelope  # noqa: E402
 from evogan.transport.zmq import ZmqTransport  # noqa: E402
 
@@ -162,7 +162,7 @@ def trained_individual(role: str, net: nn.Module, density: float | None) -> Indi
                         if value.shape == param.shape:
                             value.mul_(masks[name])
     return Individual(role=role, network=net, optimizer=optimizer, hyper={"lr": 2e-4}, origin=0, uid="0/X",  # type: ignore[arg-type]
-                      sparse={"masks": masks} if masks else {})  # fmt: skip
+                      extra={SPARSE: {"masks": masks}} if masks else {})  # fmt: skip
 
 
 def codec_bytes(g: nn.Module, d: nn.Module, *, optimizer: bool, density: float | None, wire: str) -> int:

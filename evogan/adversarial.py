@@ -27,7 +27,7 @@ from evogan.api import (
     Variation,
 )
 from evogan.errors import UserError
-from evogan.individual import Individual
+from evogan.individual import AVERAGE, Individual, layout_extra
 
 if TYPE_CHECKING:
     import torch
@@ -47,8 +47,18 @@ class AdversarialProblem(Problem[OptionsT]):
 
     @property
     def generator_decay(self) -> float:
-        """Decay of the generators' moving average (:mod:`evogan.average`), updated after each G step; 0: none."""
+        """Decay of the generators' moving average (:mod:`evogan.average`), updated after each G step; 0: none.
+        The average lives in the generator's ``extra[AVERAGE]`` (:data:`evogan.individual.AVERAGE`)."""
         return 0.0
+
+    def evaluation_network(self, individual: Individual) -> nn.Module:
+        """The generator's moving average where it keeps one (``problem.g_ema``), else its network."""
+        kept = individual.extra.get(AVERAGE)
+        if kept is None:
+            return individual.network
+        from evogan import average  # imports torch: not at start-up
+
+        return average.averaged_copy(individual.network, kept)
 
     @property
     def generator_candidates(self) -> int:
@@ -186,7 +196,7 @@ class RowByRow(StackedTraining):
             # One opponent keeps the plain call (and its exact arithmetic); several are weighted.
             defence = chosen[0][0].network if len(chosen) == 1 else [(d.network, w) for d, w in chosen]
             # their own state (an augmentation probability), passed only where one has any
-            extra = {"defenders": [d for d, _ in chosen]} if any(d.extra for d, _ in chosen) else {}
+            extra = {"defenders": [d for d, _ in chosen]} if any(layout_extra(d) for d, _ in chosen) else {}
             infos.append(self.problem.generator_step(g, defence, batch, generator=stream, **extra))
         return infos
 
@@ -285,10 +295,11 @@ def _average(generator: Individual, decay: float) -> None:
     """One step of the generator's moving average; the first starts it at the weights just trained."""
     from evogan import average
 
-    if generator.average is None:
-        generator.average = average.start(generator.network)
+    kept = generator.extra.get(AVERAGE)
+    if kept is None:
+        generator.extra[AVERAGE] = average.start(generator.network)
     else:
-        average.update(generator.average, generator.network, decay)
+        average.update(kept, generator.network, decay)
 
 
 def _rows(

@@ -19,7 +19,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from evogan import deprecated
-from evogan.errors import UserError
+from evogan.errors import MessageRejected, UserError
 from evogan.individual import ROLES, Individual, Role, all_finite, individual_tensors
 from evogan.rng import CellRandom, ScoreStream
 
@@ -183,11 +183,12 @@ class GeneratorStep:
 class SparsityController(Component[OptionsT]):
     """Keeps masks and density schedules of generators and discriminators.
 
-    One instance per cell. State lives in ``individual.sparse`` (a dict of tensors and numbers), so it
-    travels with checkpoints, selection copies and the exchange envelope. By contract
-    ``individual.sparse["masks"]`` maps parameter names to boolean masks: the exchange sends those
-    tensors as their active values plus a bitmap. The methods sit on the training hot path and are plain
-    method calls, not broadcast hooks.
+    One instance per cell. State lives in ``individual.extra[SPARSE]`` (:data:`evogan.individual.SPARSE`, a
+    dict of tensors and numbers), so it travels with checkpoints, selection copies and the exchange
+    envelope. By contract its ``"masks"`` maps parameter names to boolean masks: the exchange sends those
+    tensors as their active values plus a bitmap (:mod:`evogan.transport.masked`), and the rest as
+    :meth:`wire_state`, which a receiving cell's controller checks with :meth:`check_wire_state`. The
+    methods sit on the training hot path and are plain method calls, not broadcast hooks.
     """
 
     kind: ClassVar[str] = "sparsity"
@@ -200,7 +201,7 @@ class SparsityController(Component[OptionsT]):
     stack."""
 
     def prepare(self, individual: Individual, *, generator: torch.Generator) -> None:
-        """A new individual was created: build its masks and state in ``individual.sparse``."""
+        """A new individual was created: build its masks and state in ``individual.extra[SPARSE]``."""
 
     def begin_generation(
         self,
@@ -235,6 +236,20 @@ class SparsityController(Component[OptionsT]):
 
     def check(self, individual: Individual) -> None:
         """A checkpointed individual was loaded: raise ``UserError`` if its sparse state does not fit."""
+
+    def wire_state(self, state: Mapping[str, Any]) -> dict[str, Any]:
+        """The part of an individual's state (``extra[SPARSE]``, not empty) its envelope's meta carries:
+        a JSON object. The masks travel as the weights' bitmaps and come back beside it. The default
+        sends nothing."""
+        return {}
+
+    def check_wire_state(self, state: Any, role: Role, local: Mapping[str, Any] | None) -> dict[str, Any]:
+        """A neighbour's :meth:`wire_state` of ``role``, checked before this controller reads it: raise
+        :class:`~evogan.errors.MessageRejected` naming the field (the cell drops the message). ``local`` is
+        this cell's own wire state of the role, where known. The default takes any JSON object."""
+        if not isinstance(state, dict):
+            raise MessageRejected(f"meta.sparse: the {role}'s state is not an object")
+        return state
 
     def conflict(self, problem: Problem[Any]) -> str:
         """Why this controller cannot run with ``problem`` as configured (one line naming the keys; '' when
@@ -430,8 +445,13 @@ class Problem(Component[OptionsT]):
         """What the problem may keep in an individual's ``extra`` (:class:`~evogan.individual.Individual`):
         name -> dtype and shape. The engine checkpoints, copies and sends those tensors with the weights
         and drops a neighbour's message whose ``extra`` is not this layout (all of it, or nothing). None
-        by default."""
+        by default. The names in :data:`evogan.individual.SLOTS` (``sparse``, ``average``) are taken."""
         return {}
+
+    def evaluation_network(self, individual: Individual) -> nn.Module:
+        """The network evaluation and sample pictures use for ``individual`` where the sparsity controller
+        has no other (its weight average, from its ``extra``); never trained. The default is its network."""
+        return individual.network
 
     def individual_metrics(self, individual: Individual) -> dict[str, float]:
         """Numbers about one individual (from its ``extra``) for the records: each generation's record

@@ -49,6 +49,18 @@ DEPRECATIONS: tuple[Deprecation, ...] = (
         since="0.3.0",
         removal="0.4.0",
     ),
+    Deprecation(
+        "evogan.individual.Individual.sparse",
+        'evogan.individual.Individual.extra["sparse"] (evogan.individual.SPARSE: one slot for per-individual state)',
+        since="0.3.0",
+        removal="0.4.0",
+    ),
+    Deprecation(
+        "evogan.individual.Individual.average",
+        'evogan.individual.Individual.extra.get("average") (evogan.individual.AVERAGE)',
+        since="0.3.0",
+        removal="0.4.0",
+    ),
 )
 # Recipe keys: the options model maps them to the new ones and warns (FutureWarning: shown to users).
 RECIPE_KEYS: tuple[Deprecation, ...] = (
@@ -70,11 +82,12 @@ RECIPE_KEYS: tuple[Deprecation, ...] = (
 _BY_NAME = {deprecation.old: deprecation for deprecation in (*DEPRECATIONS, *RECIPE_KEYS)}
 
 
-def warn(old: str) -> None:
-    """Warn, on behalf of the caller's caller, that ``old`` (a name in :data:`DEPRECATIONS` or
-    :data:`RECIPE_KEYS`) is deprecated. A recipe key warns with ``FutureWarning``, which users see."""
+def warn(old: str, *, stacklevel: int = 3) -> None:
+    """Warn, on behalf of the caller's caller (``stacklevel`` frames up), that ``old`` (a name in
+    :data:`DEPRECATIONS` or :data:`RECIPE_KEYS`) is deprecated. A recipe key warns with ``FutureWarning``,
+    which users see."""
     category = FutureWarning if _BY_NAME[old] in RECIPE_KEYS else DeprecationWarning
-    warnings.warn(_BY_NAME[old].message(), category, stacklevel=3)
+    warnings.warn(_BY_NAME[old].message(), category, stacklevel=stacklevel)
 
 
 def module_getattr(module: str, namespace: Mapping[str, Any]) -> Callable[[str], Any]:

@@ -1,7 +1,7 @@
 """Individuals, their roles and their fitness, as plain classes (no DEAP ``creator`` globals).
 
 Below :mod:`evogan.api` in the layering: the component contracts speak of individuals, and this module
-imports nothing of evogan.
+imports nothing of evogan but :mod:`evogan.deprecated` (for the properties it serves until 0.4).
 """
 
 from __future__ import annotations
@@ -22,6 +22,13 @@ if TYPE_CHECKING:  # only in annotations: `import evogan` must not import torch 
 Role = str
 ROLES: tuple[Role, Role] = ("generator", "discriminator")
 
+# Named entries of Individual.extra that hold a component's nested state rather than one tensor of the
+# problem's extra_layout. Checkpoints keep them at the top level of the individual's state, as before 0.3
+# (so checkpoints written before and after this slot moved into extra load alike).
+SPARSE = "sparse"  # the sparsity controller's state; its "masks" compress the weights on the wire
+AVERAGE = "average"  # the moving average of the parameters (problem.g_ema): one tensor per parameter
+SLOTS = (SPARSE, AVERAGE)
+
 
 class LossFitness(base.Fitness):
     """A single loss, minimised. Defined as an ordinary class, so it pickles and needs no ``creator``."""
@@ -38,16 +45,16 @@ OptimizerFactory = Callable[[Role, "nn.Module", float], "torch.optim.Optimizer |
 
 @dataclass(eq=False)
 class Individual:
-    """A member of one role's population: network, optimizer, hyper-parameters, fitness and sparse state.
+    """A member of one role's population: network, optimizer, hyper-parameters, fitness and extra state.
 
     :param network: the individual's genome as a module: a GAN's network, or tensors in its buffers.
     :param optimizer: None for a problem that varies its individuals without gradients.
     :param origin: the cell the individual was created or last trained in.
-    :param sparse: masks and sparsity-controller state; copied together with the weights.
-    :param average: the moving average of the weights that evaluation uses (``problem.g_ema``), or None.
-    :param extra: the problem's own tensors about this individual (a discriminator's augmentation
-        probability, :meth:`evogan.api.Problem.extra_layout`): checkpointed, copied by selection and sent
-        with the weights, like them.
+    :param extra: everything else kept about this individual, checkpointed, copied by selection and sent
+        with the weights, like them: the problem's own tensors (a discriminator's augmentation
+        probability, :meth:`evogan.api.Problem.extra_layout`), the sparsity controller's state under
+        :data:`SPARSE` (masks and schedules) and the moving average of the weights that evaluation
+        uses under :data:`AVERAGE` (``problem.g_ema``; absent until the first step).
     """
 
     role: Role
@@ -57,9 +64,34 @@ class Individual:
     origin: int
     uid: str
     fitness: LossFitness = field(default_factory=LossFitness)
-    sparse: dict[str, Any] = field(default_factory=dict)
-    average: dict[str, torch.Tensor] | None = None
-    extra: dict[str, torch.Tensor] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def sparse(self) -> dict[str, Any]:
+        """Deprecated: ``extra[SPARSE]`` (created empty on first read, so changes to it stick)."""
+        _deprecated("evogan.individual.Individual.sparse")
+        state: dict[str, Any] = self.extra.setdefault(SPARSE, {})
+        return state
+
+    @sparse.setter
+    def sparse(self, state: dict[str, Any]) -> None:
+        _deprecated("evogan.individual.Individual.sparse")
+        self.extra[SPARSE] = state
+
+    @property
+    def average(self) -> dict[str, torch.Tensor] | None:
+        """Deprecated: ``extra.get(AVERAGE)``."""
+        _deprecated("evogan.individual.Individual.average")
+        average: dict[str, torch.Tensor] | None = self.extra.get(AVERAGE)
+        return average
+
+    @average.setter
+    def average(self, average: dict[str, torch.Tensor] | None) -> None:
+        _deprecated("evogan.individual.Individual.average")
+        if average is None:
+            self.extra.pop(AVERAGE, None)
+        else:
+            self.extra[AVERAGE] = average
 
     @property
     def learning_rate(self) -> float:
@@ -79,7 +111,7 @@ class Individual:
                 group["lr"] = hyper["lr"]
 
     def clone(self, make_optimizer: OptimizerFactory, *, keep_optimizer_state: bool = True) -> Individual:
-        """A deep copy: weights, optimizer state, hyper-parameters and sparse state travel together.
+        """A deep copy: weights, optimizer state, hyper-parameters and extra state travel together.
 
         Fitness is reset, as the copy will be re-evaluated.
         """
@@ -98,13 +130,13 @@ class Individual:
             hyper=dict(self.hyper),
             origin=self.origin,
             uid=self.uid,
-            sparse=copy.deepcopy(self.sparse),
-            average=copy.deepcopy(self.average),
             extra=copy.deepcopy(self.extra),
         )
 
     def state(self) -> dict[str, Any]:
-        """Everything needed to rebuild this individual, loadable with ``torch.load(weights_only=True)``."""
+        """Everything needed to rebuild this individual, loadable with ``torch.load(weights_only=True)``.
+
+        The :data:`SLOTS` of ``extra`` keep their own keys, the layout of checkpoints before 0.3."""
         return {
             "role": self.role,
             "uid": self.uid,
@@ -113,9 +145,9 @@ class Individual:
             "fitness": list(self.fitness.values) if self.fitness.valid else [],
             "network": self.network.state_dict(),
             "optimizer": None if self.optimizer is None else self.optimizer.state_dict(),
-            "sparse": self.sparse,
-            "average": self.average,
-            "extra": self.extra,
+            "sparse": self.extra.get(SPARSE, {}),
+            "average": self.extra.get(AVERAGE),
+            "extra": layout_extra(self),
         }
 
     @classmethod
@@ -135,25 +167,39 @@ class Individual:
             hyper=dict(state["hyper"]),
             origin=int(state["origin"]),
             uid=state["uid"],
-            sparse=state["sparse"],
-            average=state.get("average"),  # absent from checkpoints before 0.3
             extra=dict(state.get("extra") or {}),
         )
+        if state["sparse"]:
+            individual.extra[SPARSE] = state["sparse"]
+        if state.get("average") is not None:  # absent from checkpoints before 0.3
+            individual.extra[AVERAGE] = state["average"]
         if state["fitness"]:
             individual.fitness.values = tuple(state["fitness"])
         return individual
 
 
+def layout_extra(individual: Individual) -> dict[str, torch.Tensor]:
+    """The problem's own tensors in ``individual.extra`` (its ``extra_layout``): all but the :data:`SLOTS`."""
+    return {name: value for name, value in individual.extra.items() if name not in SLOTS}
+
+
+def wire_masks(individual: Individual) -> dict[str, torch.Tensor]:
+    """Parameter name -> boolean mask of ``individual``'s masked weights (the sparsity controller's
+    ``extra[SPARSE]["masks"]``); empty for a dense individual."""
+    masks: dict[str, torch.Tensor] = individual.extra.get(SPARSE, {}).get("masks") or {}
+    return masks
+
+
 def individual_tensors(individual: Individual) -> Iterator[torch.Tensor]:
     """Every tensor an individual's numbers live in: its network's parameters and buffers, its moving
-    average, its optimizer state and its ``extra``."""
+    average, its optimizer state and the problem's ``extra`` tensors (not the sparsity state)."""
     yield from individual.network.parameters()
     yield from individual.network.buffers()
-    yield from (individual.average or {}).values()
+    yield from (individual.extra.get(AVERAGE) or {}).values()
     if individual.optimizer is not None:
         for state in individual.optimizer.state.values():
             yield from (value for value in state.values() if hasattr(value, "is_floating_point"))
-    yield from individual.extra.values()
+    yield from layout_extra(individual).values()
 
 
 def all_finite(tensors: Iterable[torch.Tensor]) -> bool:
@@ -167,4 +213,23 @@ def all_finite(tensors: Iterable[torch.Tensor]) -> bool:
     return all(bool(torch.stack(on_device).all()) for on_device in flags.values())
 
 
-__all__ = ["ROLES", "Individual", "LossFitness", "OptimizerFactory", "Role", "all_finite", "individual_tensors"]
+def _deprecated(name: str) -> None:
+    from evogan import deprecated  # imported at first use: this module stays importable on its own
+
+    deprecated.warn(name, stacklevel=4)
+
+
+__all__ = [
+    "AVERAGE",
+    "ROLES",
+    "SLOTS",
+    "SPARSE",
+    "Individual",
+    "LossFitness",
+    "OptimizerFactory",
+    "Role",
+    "all_finite",
+    "individual_tensors",
+    "layout_extra",
+    "wire_masks",
+]

@@ -233,11 +233,11 @@ def test_2x2_grid_local_windows_fill_and_decide_on_schedule(
     def spy_tick(self: Any, d: Any, g: Any, step: Any, problem: Any, g_cost: Any, d_cost: Any) -> None:
         tick(self, d, g, step, problem, g_cost, d_cost)
         assert d.origin == g.origin  # only the cell's own (or offspring) discriminators tick
-        state = d.sparse["balance"]
+        state = d.extra["sparse"]["balance"]
         ticks.append((g.origin, d_cost is not None, state["clock"], state["samples"]))
 
     def spy_decide(self: Any, d: Any, params: Any) -> None:
-        decided.append((d.origin, d.sparse["balance"]["clock"]))
+        decided.append((d.origin, d.extra["sparse"]["balance"]["clock"]))
         decide(self, d, params)
 
     monkeypatch.setattr(controller.MaskedController, "_tick", spy_tick)

@@ -14,6 +14,7 @@ from test_run import metrics, run
 
 from evogan.cli import _attach_commands, cli
 from evogan.engine.rundir import RunDirectory
+from evogan.individual import AVERAGE
 from evogan.runtime.single import prepare, run_in_process
 
 LOSSES = ("g_loss", "d_loss", "lr_g", "lr_d")
@@ -41,13 +42,13 @@ def test_the_average_trails_the_weights_and_leaves_training_alone(tiny_recipe) -
 def test_evaluation_uses_the_average_and_selection_copies_it(tiny_recipe) -> None:
     sender, _ = two_cells(tiny_recipe(), "problem.g_ema=0.9")
     generator = sender.best("generator")
-    assert generator.average is not None
+    average = generator.extra[AVERAGE]
     evaluated = sender.evaluated(generator)
     assert evaluated is not generator.network
-    assert all(torch.equal(p, generator.average[n]) for n, p in evaluated.named_parameters())
+    assert all(torch.equal(p, average[n]) for n, p in evaluated.named_parameters())
     copy = generator.clone(sender.problem.make_optimizer)
-    assert copy.average is not None and copy.average is not generator.average
-    assert all(torch.equal(copy.average[n], t) for n, t in generator.average.items())
+    assert copy.extra[AVERAGE] is not average
+    assert all(torch.equal(copy.extra[AVERAGE][n], t) for n, t in average.items())
 
 
 def test_resume_is_exact_with_the_average(tiny_recipe) -> None:
@@ -71,22 +72,21 @@ def test_stacked_training_keeps_the_same_average(tiny_recipe) -> None:
 
 def test_the_average_travels_with_the_model_and_a_malformed_one_is_dropped(tiny_recipe) -> None:
     sender, receiver = two_cells(tiny_recipe(), "problem.g_ema=0.9")
-    average = sender.best("generator").average
-    assert average is not None
+    average = sender.best("generator").extra[AVERAGE]
     receiver.receive({0: sender.message()})
-    received = receiver.foreign[0]["generator"].average
-    assert received is not None and all(torch.equal(received[k], v) for k, v in average.items())
+    received = receiver.foreign[0]["generator"].extra[AVERAGE]
+    assert all(torch.equal(received[k], v) for k, v in average.items())
 
     name = next(iter(average))
     for broken, reason in (
         ({**average, name: average[name][:1]}, "average"),  # wrong shape
         ({k: v for k, v in average.items() if k != name}, "average"),  # a parameter missing
     ):
-        sender.best("generator").average = broken
+        sender.best("generator").extra[AVERAGE] = broken
         receiver.exchange.dropped.clear()
         receiver.receive({0: sender.message()})
         assert receiver.exchange.dropped == {reason: 1}
-    assert all(torch.equal(receiver.foreign[0]["generator"].average[k], v) for k, v in average.items())
+    assert all(torch.equal(receiver.foreign[0]["generator"].extra[AVERAGE][k], v) for k, v in average.items())
 
 
 def test_g_ema_with_sema_is_a_one_line_error(tiny_recipe) -> None:

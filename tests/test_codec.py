@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,11 +13,14 @@ from typing import Any
 import pytest
 import torch
 
+from evogan.api import ComponentOptions, SparsityController
+from evogan.builtin import sparsity
 from evogan.engine.cell import Cell
-from evogan.engine.codec import Manifest
+from evogan.engine.codec import Codec, Manifest, Message
 from evogan.engine.optimizer_state import PREFIX
 from evogan.engine.run import build_settings
 from evogan.errors import MessageRejected
+from evogan.individual import AVERAGE, SPARSE, Individual
 from evogan.plugins import make_plugin_manager
 from evogan.recipe import load as load_recipe
 from evogan.registry import Registries
@@ -213,7 +216,7 @@ def test_bf16_on_the_wire_halves_the_bytes_and_arrives_as_the_rounded_float32_mo
         for name, value in individual.network.state_dict().items():
             assert value.dtype == torch.float32
             assert torch.equal(value, sent[f"{role}/{name}"].to(torch.bfloat16).float()), name
-        assert individual.average is not None or role != "generator"
+        assert "average" in individual.extra or role != "generator"
     steps = [n for n in floats if n.startswith(PREFIX) and n.endswith("/step")]
     assert steps and all(torch.equal(wire[n], sent[n]) for n in steps)
 
@@ -229,3 +232,75 @@ def test_a_bf16_tensor_is_refused_where_the_wire_is_fp32(dense: Pair) -> None:
     with pytest.raises(MessageRejected, match="differs from the local model in dtype or shape") as refused:
         dense.receiver.codec.decode(0, [bytes(f) for f in frames], dense.expected)
     rejected(dense, [bytes(f) for f in frames], "^" + re.escape(str(refused.value)))
+
+
+# ------------------------------------------------------------------------ the state's seam (issue 38)
+def _individuals(controller: Any) -> dict[str, Individual]:
+    torch.manual_seed(0)
+    made = {}
+    for role, sizes in (("generator", (4, 8, 2)), ("discriminator", (2, 8, 1))):
+        network = torch.nn.Sequential(torch.nn.Linear(*sizes[:2]), torch.nn.ReLU(), torch.nn.Linear(*sizes[1:]))
+        optimizer = torch.optim.Adam(network.parameters(), lr=1e-3)
+        made[role] = Individual(role, network, optimizer, {"lr": 1e-3}, 0, f"0/{role[0].upper()}")
+        if controller is not None:
+            controller.prepare(made[role], generator=torch.Generator().manual_seed(1))
+    made["generator"].extra[AVERAGE] = {n: p.detach() + 1 for n, p in made["generator"].network.named_parameters()}
+    return made
+
+
+def _round_trip(sender: Codec, receiver: Codec, best: dict[str, Individual]) -> Message:
+    expected = {
+        f"{role}/{k}": (v.dtype, tuple(v.shape)) for role, i in best.items() for k, v in i.network.state_dict().items()
+    }
+    parameters = {f"{role}/{n}" for role, i in best.items() for n, _ in i.network.named_parameters()}
+    receiver.encode(best, generation=1, substep=0, sequence=1, incarnation=0)  # learns its own state's layout
+    frames = sender.encode(best, generation=1, substep=0, sequence=1, incarnation=0)
+    return receiver.decode(0, frames, expected, parameters)
+
+
+def test_the_codec_carries_masks_controller_state_and_average_through_the_seam() -> None:
+    controller = sparsity.Static(sparsity.Static.Options(density_g=0.5, density_d=0.5))
+    best = _individuals(controller)
+    codec = lambda cell: Codec(cell, run_id="r", recipe="x", optimizer_state=False, max_bytes=1 << 20,  # noqa: E731
+                               sparsity=controller)  # fmt: skip
+    message = _round_trip(codec(0), codec(1), best)
+    for role, individual in best.items():
+        model, state = message.models[role], individual.extra[SPARSE]
+        assert model.masks.keys() == state["masks"].keys()
+        assert all(torch.equal(model.masks[n], m) for n, m in state["masks"].items())
+        assert model.sparse == controller.wire_state(state) and "masks" not in model.sparse
+        assert all(torch.equal(model.weights[k], v) for k, v in individual.network.state_dict().items())
+    average = best["generator"].extra[AVERAGE]
+    received = message.models["generator"].average
+    assert received is not None and all(torch.equal(received[k], v) for k, v in average.items())
+    assert message.models["discriminator"].average is None
+
+
+class _Noting(SparsityController[ComponentOptions]):
+    """A controller of another plugin: its state says what travels and what it accepts."""
+
+    name = "noting"
+
+    def prepare(self, individual: Individual, *, generator: torch.Generator) -> None:
+        individual.extra[SPARSE] = {"note": 1, "private": 2}
+
+    def wire_state(self, state: Mapping[str, Any]) -> dict[str, Any]:
+        return {"note": state["note"]}
+
+    def check_wire_state(self, state: Any, role: str, local: Mapping[str, Any] | None) -> dict[str, Any]:
+        if not isinstance(state, dict) or state.get("note") != 1:
+            raise MessageRejected(f"meta.sparse: the {role}'s note is not 1")
+        return state
+
+
+def test_a_controllers_own_wire_state_and_check_are_what_the_codec_uses() -> None:
+    controller = _Noting(ComponentOptions())
+    best = _individuals(controller)
+    codec = lambda cell: Codec(cell, run_id="r", recipe="x", optimizer_state=False, max_bytes=1 << 20,  # noqa: E731
+                               sparsity=controller)  # fmt: skip
+    message = _round_trip(codec(0), codec(1), best)
+    assert message.models["generator"].sparse == {"note": 1} and message.models["generator"].masks == {}
+    for individual in best.values():
+        individual.extra[SPARSE]["note"] = 2
+    with pytest.raises(MessageRejected, match=r"^meta\.sparse: the generator's note is not 1"):
+        _round_trip(codec(0), codec(1), best)

@@ -161,11 +161,10 @@ def test_finite_looks_at_weights_buffers_average_optimizer_state_and_extra(tmp_p
     assert problem.finite(individual)
     places: list[Callable[[Individual], torch.Tensor]] = [
         lambda i: next(i.network.parameters()),
-        lambda i: i.average["x"] if i.average else torch.empty(0),
+        lambda i: i.extra["average"]["x"],
         lambda i: i.extra["p"],
     ]
-    individual.average = {"x": torch.zeros(3)}
-    individual.extra = {"p": torch.zeros(1)}
+    individual.extra = {"p": torch.zeros(1), "average": {"x": torch.zeros(3)}}
     individual.network.register_buffer("running", torch.zeros(2))
     places.append(lambda i: i.network.get_buffer("running"))
     for place in places:

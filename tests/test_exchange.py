@@ -201,7 +201,7 @@ def test_optimizer_state_round_trips_through_the_envelope(tiny_recipe, sparse: b
         theirs, ours = sender.best(role), receiver.foreign[0][role]
         params = dict(theirs.network.named_parameters())
         received = dict(ours.network.named_parameters())
-        masks = theirs.sparse.get("masks") or {}
+        masks = theirs.extra.get("sparse", {}).get("masks") or {}
         assert bool(masks) == sparse
         for name, param in params.items():
             sent, got = theirs.optimizer.state[param], ours.optimizer.state[received[name]]
@@ -210,7 +210,7 @@ def test_optimizer_state_round_trips_through_the_envelope(tiny_recipe, sparse: b
                 assert got[key].dtype == sent[key].dtype and torch.equal(got[key], sent[key])
             assert float(got["step"]) == float(sent["step"]) > 0
             if name in masks:
-                assert torch.equal(ours.sparse["masks"][name], masks[name])
+                assert torch.equal(ours.extra["sparse"]["masks"][name], masks[name])
                 assert not got["exp_avg"][~masks[name]].any() and not got["exp_avg_sq"][~masks[name]].any()
                 sparse_names = {n for n in names if n.startswith(f"{PREFIX}{role}/{name}/exp_avg")}
                 assert f"{PREFIX}{role}/{name}/exp_avg.__bitmap__" in sparse_names

@@ -200,3 +200,18 @@ def test_names_moved_to_break_cycles_still_import_from_their_old_places() -> Non
     assert ScoreStream is rng.ScoreStream
     for name in plugin_manager.__all__:  # the manager's class and its failure records, out of evogan.plugins
         assert getattr(plugins, name) is getattr(plugin_manager, name), name
+
+
+def test_the_engine_and_runtime_import_no_sparsity_or_average_module() -> None:
+    """Issue 38: per-individual state reaches the engine through ``Individual.extra`` and the component
+    methods of :mod:`evogan.api` (the masked wire format through :mod:`evogan.transport.masked`), so no
+    engine or runtime module names ``evogan.sparse`` or ``evogan.average``, in any kind of import."""
+    graph = import_graph(module_files())
+    found = {
+        f"{module} -> {target}"
+        for module, targets in graph.items()
+        if module.startswith(("evogan.engine", "evogan.runtime"))
+        for target in targets
+        if target == "evogan.average" or target == "evogan.sparse" or target.startswith("evogan.sparse.")
+    }
+    assert not found, sorted(found)

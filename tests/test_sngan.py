@@ -84,7 +84,7 @@ def test_init_is_drawn_from_the_generator_only(role: str) -> None:
 # ------------------------------------------------------------------------------------------ masks + SN
 class _Ind:
     def __init__(self, role: str, network: nn.Module) -> None:
-        self.role, self.network, self.sparse = role, network, {}
+        self.role, self.network, self.extra = role, network, {}  # the controller's state: extra["sparse"]
         self.optimizer = torch.optim.Adam(network.parameters(), lr=2e-4, betas=(0.0, 0.9))
         self.trainer = self.optimizer
 
@@ -93,11 +93,11 @@ def test_masks_apply_to_the_original_weight_under_spectral_norm() -> None:
     controller = builtin.Static(builtin.Static.Options(density_g=0.3, density_d=0.3))
     d = _Ind("discriminator", build("discriminator", ndf=8))
     controller.prepare(d, generator=torch.Generator().manual_seed(0))  # type: ignore[arg-type]
-    names = set(d.sparse["masks"])
+    names = set(d.extra["sparse"]["masks"])
     assert names == {f"{i}.parametrizations.weight.original" for i in (0, 2, 4, 6, 8, 10, 12)} | {
         "15.parametrizations.weight.original"
     }
-    assert masks.overall_density(d.sparse["masks"]) == pytest.approx(0.3, abs=1e-4)
+    assert masks.overall_density(d.extra["sparse"]["masks"]) == pytest.approx(0.3, abs=1e-4)
     for _ in range(3):  # hinge D steps, the mask enforced after each as the engine does
         d.optimizer.zero_grad()
         real, fake = torch.randn(4, 3, 32, 32), torch.randn(4, 3, 32, 32)
@@ -105,14 +105,14 @@ def test_masks_apply_to_the_original_weight_under_spectral_norm() -> None:
         d.optimizer.step()
         controller.after_discriminator_step(d)  # type: ignore[arg-type]
     modules = dict(d.network.named_modules())
-    for name, mask in d.sparse["masks"].items():
+    for name, mask in d.extra["sparse"]["masks"].items():
         layer = modules[name.split(".")[0]]
         assert torch.all(layer.weight[~mask] == 0)  # the normalised weight the forward uses is masked too
         assert layer.weight[mask].abs().sum() > 0
-    counted = flops.count_forward_flops(d.network, torch.zeros(2, 3, 32, 32), d.sparse["masks"])
+    counted = flops.count_forward_flops(d.network, torch.zeros(2, 3, 32, 32), d.extra["sparse"]["masks"])
     assert set(counted.weights) == names
     state = d.network.state_dict()
-    decoded, decoded_masks = wire.decode_sparse(wire.encode_sparse(state, d.sparse["masks"]))
+    decoded, decoded_masks = wire.decode_sparse(wire.encode_sparse(state, d.extra["sparse"]["masks"]))
     assert all(torch.equal(decoded[k], state[k]) for k in state) and decoded_masks.keys() == names
 
 
@@ -124,14 +124,14 @@ def test_adapt_grows_a_spectral_norm_discriminator_by_gradient() -> None:
     d = _Ind("discriminator", build("discriminator", ndf=8))
     controller.prepare(g, generator=torch.Generator().manual_seed(0))  # type: ignore[arg-type]
     controller.prepare(d, generator=torch.Generator().manual_seed(1))  # type: ignore[arg-type]
-    d.sparse["balance"]["window"] = [[0.9, 0.0, 1.0]] * 2  # BR 0.9: D too weak
-    d.sparse["balance"]["pending"] = True
+    d.extra["sparse"]["balance"]["window"] = [[0.9, 0.0, 1.0]] * 2  # BR 0.9: D too weak
+    d.extra["sparse"]["balance"]["pending"] = True
     d.optimizer.zero_grad()
     (-d.network(torch.randn(4, 3, 32, 32)).mean()).backward()
     d.optimizer.step()
     controller.after_discriminator_step(d)  # type: ignore[arg-type]
-    assert d.sparse["density"] == pytest.approx(0.35)
-    assert masks.overall_density(d.sparse["masks"]) == pytest.approx(0.35, abs=1e-4)
+    assert d.extra["sparse"]["density"] == pytest.approx(0.35)
+    assert masks.overall_density(d.extra["sparse"]["masks"]) == pytest.approx(0.35, abs=1e-4)
     step = GeneratorStep(torch.randn(4, 128), torch.randn(4, 3, 32, 32), torch.zeros(4), 1)
 
     class Logits:
@@ -140,7 +140,7 @@ def test_adapt_grows_a_spectral_norm_discriminator_by_gradient() -> None:
             return disc(gen(z)), disc(real)
 
     controller.after_generator_step(g, d, step, Logits())  # type: ignore[arg-type]
-    assert len(d.sparse["balance"]["window"]) == 2
+    assert len(d.extra["sparse"]["balance"]["window"]) == 2
 
 
 # ------------------------------------------------------------------------------------------ a short run

@@ -16,6 +16,7 @@ from torch import nn
 from evogan.api import GeneratorStep
 from evogan.builtin import sparsity as builtin
 from evogan.errors import MessageRejected, UserError
+from evogan.individual import SPARSE
 from evogan.sparse import balance, dst, flops, masks, wire
 from evogan.sparse.state import validate_sparse_state
 from evogan.transport import envelope
@@ -29,11 +30,21 @@ class FakeIndividual:
     network: nn.Module
     optimizer: torch.optim.Optimizer
     hyper: dict[str, float] = field(default_factory=lambda: {"lr": 1e-2})
-    sparse: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def trainer(self) -> torch.optim.Optimizer:
         return self.optimizer
+
+    @property
+    def sparse(self) -> dict[str, Any]:
+        """The controller's state, ``extra[SPARSE]`` (a test's shorthand; Individual's warns)."""
+        state: dict[str, Any] = self.extra.setdefault(SPARSE, {})
+        return state
+
+    @sparse.setter
+    def sparse(self, state: dict[str, Any]) -> None:
+        self.extra[SPARSE] = state
 
 
 class FakeProblem:

@@ -6,8 +6,8 @@ their defaults follow Wang et al. 2023 ("Balanced Training for Sparse GANs") and
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, ClassVar
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from evogan.api import ComponentOptions, GeneratorStep, Problem, SparsityController
 from evogan.hookspecs import Register, hookimpl
@@ -48,6 +48,16 @@ class Dense(SparsityController[ComponentOptions]):
         from evogan.sparse.state import validate_sparse_state  # imports torch: not at start-up
 
         validate_sparse_state(individual, controller=self.name, masked=False)
+
+    def wire_state(self, state: Mapping[str, Any]) -> dict[str, Any]:
+        from evogan.sparse.wire import sparse_meta  # imports torch: not at start-up
+
+        return sparse_meta(state)
+
+    def check_wire_state(self, state: Any, role: str, local: Mapping[str, Any] | None) -> dict[str, Any]:
+        from evogan.sparse.wire import check_sparse_meta  # imports torch: not at start-up
+
+        return check_sparse_meta(state, role, local)
 
 
 class Static(MaskedController):

@@ -7,6 +7,7 @@ summarise the neighbourhood, and the cell's DEAP Logbook holds one record per ge
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 from collections.abc import Generator, Iterator, Mapping, Sequence
@@ -17,7 +18,6 @@ import numpy as np
 import torch
 from deap import tools
 
-from evogan import average
 from evogan.api import (
     Mutation,
     Opponents,
@@ -33,10 +33,9 @@ from evogan.engine.divergence import restore, snapshot
 from evogan.engine.migration import migrate
 from evogan.engine.optimizer_state import load_optimizer_state
 from evogan.errors import MessageRejected, UserError
-from evogan.individual import Individual
+from evogan.individual import AVERAGE, SPARSE, Individual
 from evogan.recipe import Recipe
 from evogan.rng import CellRandom
-from evogan.sparse.wire import sparse_state
 from evogan.transport import envelope
 
 
@@ -117,6 +116,7 @@ class Cell:
             max_bytes=settings.max_message_bytes,
             roles=self.roles,
             wire=settings.recipe.exchange.wire,
+            sparsity=settings.sparsity,
         )
         self._expected: Manifest | None = None
         self._parameters: set[str] | None = None
@@ -257,10 +257,12 @@ class Cell:
             if model.optimizer is not None:
                 load_optimizer_state(individual, model.optimizer)
             individual.uid = model.uid if model.uid is not None else f"{peer}/{role[0].upper()}"
-            # The sender's masks and controller state travel with its weights (never fresh random masks).
-            individual.sparse = sparse_state(model.sparse, model.masks) if model.sparse else {}
-            individual.average = None if model.average is None else {k: v.clone() for k, v in model.average.items()}
-            individual.extra = {k: v.clone() for k, v in model.extra.items()}
+            extra: dict[str, Any] = {k: v.clone() for k, v in model.extra.items()}
+            if model.average is not None:
+                extra[AVERAGE] = {k: v.clone() for k, v in model.average.items()}
+            if model.sparse:  # the sender's masks and controller state (never fresh random masks)
+                extra[SPARSE] = {**copy.deepcopy(model.sparse), "masks": dict(model.masks)}
+            individual.extra = extra
             if model.fitness is not None:
                 individual.fitness.values = (model.fitness,)
 
@@ -515,11 +517,11 @@ class Cell:
 
     def evaluated(self, individual: Individual) -> torch.nn.Module:
         """The network evaluation and pictures use for ``individual``: the sparsity controller's choice
-        (SEMA), else the moving average where the individual keeps one, else its network."""
+        (SEMA), else the problem's (a moving average where the individual keeps one), else its network."""
         sparsity = self.settings.sparsity
         network = individual.network if sparsity is None else sparsity.evaluation_network(individual)
-        if network is individual.network and individual.average is not None:
-            return average.averaged_copy(individual.network, individual.average)
+        if network is individual.network:
+            return self.problem.evaluation_network(individual)
         return network
 
     def best_scored(self) -> torch.nn.Module:

@@ -3,11 +3,12 @@ weights, masks, optimizer state and facts.
 
 Everything a message must pass before a cell adopts it lives here: the envelope's own checks
 (:func:`evogan.transport.envelope.decode`), the sender (the topic's cell, the run), the recipe digest,
-the tensor manifest against the local model, the sparse encoding, the optimizer state (keys and shapes as
-this cell's own optimizer keeps them) and the meta fields (learning rate, id, fitness, controller state),
-each type-checked before use. A failure raises :class:`~evogan.errors.MessageRejected` naming the field
-(the cell drops and counts it), except a neighbour whose messages never carried this recipe: that is a
-misconfigured run, stopped at once with the cell named.
+the tensor manifest against the local model, the masked encoding (:mod:`evogan.transport.masked`), the
+optimizer state (keys and shapes as this cell's own optimizer keeps them) and the meta fields (learning
+rate, id, fitness, and the controller state, which the sparsity controller checks:
+:meth:`~evogan.api.SparsityController.check_wire_state`), each type-checked before use. A failure raises
+:class:`~evogan.errors.MessageRejected` naming the field (the cell drops and counts it), except a neighbour
+whose messages never carried this recipe: that is a misconfigured run, stopped at once with the cell named.
 """
 
 from __future__ import annotations
@@ -19,12 +20,12 @@ from typing import Any
 
 import torch
 
-from evogan.api import ROLES, Role
+from evogan.api import ROLES, Role, SparsityController
 from evogan.engine.optimizer_state import checked_state, moment_manifest, optimizer_tensors, split, state_layout
 from evogan.errors import MessageRejected, RunFailure
-from evogan.individual import Individual, all_finite
-from evogan.sparse.wire import check_sparse_meta, decode_sparse, encode_sparse, sparse_meta
+from evogan.individual import AVERAGE, SPARSE, Individual, all_finite, layout_extra, wire_masks
 from evogan.transport import envelope
+from evogan.transport.masked import decode_masked, encode_masked
 
 Manifest = Mapping[str, tuple[torch.dtype, tuple[int, ...]]]
 
@@ -39,7 +40,7 @@ class Model:
     :param lr: the sender's learning rate (None: not sent).
     :param uid: the sender's individual id (None: not sent).
     :param fitness: the sender's last loss (None: not evaluated yet, e.g. inside a generation).
-    :param sparse: the sparsity controller's state without masks (None: dense).
+    :param sparse: the sparsity controller's wire state, checked (None: dense).
     :param average: the moving average of the parameters (``problem.g_ema``), or None.
     :param extra: the problem's own tensors about the individual (``Problem.extra_layout``).
     """
@@ -55,7 +56,7 @@ class Model:
     extra: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
-AVERAGE = "~average/"  # prefix of the moving-average tensors: ``~average/<role>/<parameter>``
+AVERAGE_PREFIX = "~average/"  # prefix of the moving-average tensors: ``~average/<role>/<parameter>``
 EXTRA = "~extra/"  # prefix of the problem's own tensors about an individual: ``~extra/<role>/<name>``
 
 
@@ -77,6 +78,8 @@ class Codec:
     :param max_bytes: the payload cap of a received message.
     :param roles: the problem's roles, each carried under its own name.
     :param wire: ``fp32``, or ``bf16`` to send float32 tensors (not scalars) in half the bytes.
+    :param sparsity: the run's sparsity controller, which says what of its state travels and checks a
+        neighbour's (None: the problem has none).
     """
 
     def __init__(
@@ -89,8 +92,10 @@ class Codec:
         max_bytes: int,
         roles: tuple[Role, ...] = ROLES,
         wire: str = "fp32",
+        sparsity: SparsityController | None = None,
     ) -> None:
         self.cell, self.run_id, self.recipe, self.roles = cell, run_id, recipe, roles
+        self.sparsity = sparsity
         self.wire = torch.bfloat16 if wire == "bf16" else torch.float32
         self.optimizer_state, self.max_bytes = optimizer_state, max_bytes
         self.agreed: set[int] = set()  # neighbours whose messages carried this recipe at least once
@@ -113,17 +118,20 @@ class Codec:
         tensors: dict[str, torch.Tensor] = {}
         sparse_info = {}
         for role, individual in best.items():
-            masks = individual.sparse.get("masks") or {}
+            masks = wire_masks(individual)
             state = {f"{role}/{k}": v for k, v in individual.network.state_dict().items()}
-            tensors.update(encode_sparse(state, {f"{role}/{k}": m for k, m in masks.items()}))
+            tensors.update(encode_masked(state, {f"{role}/{k}": m for k, m in masks.items()}))
             if self.optimizer_state:
-                tensors.update(encode_sparse(*optimizer_tensors(role, individual)))
+                tensors.update(encode_masked(*optimizer_tensors(role, individual)))
                 self.layouts[role] = state_layout(individual) or self.layouts.get(role, {})
-            if individual.average is not None:
-                tensors.update({f"{AVERAGE}{role}/{k}": v for k, v in individual.average.items()})
-            tensors.update({f"{EXTRA}{role}/{k}": v for k, v in individual.extra.items()})
-            if individual.sparse:
-                sparse_info[role] = sparse_meta(individual.sparse)
+            average = individual.extra.get(AVERAGE)
+            if average is not None:
+                tensors.update({f"{AVERAGE_PREFIX}{role}/{k}": v for k, v in average.items()})
+            tensors.update({f"{EXTRA}{role}/{k}": v for k, v in layout_extra(individual).items()})
+            controller_state = individual.extra.get(SPARSE)
+            if controller_state:
+                # without a controller (a bare codec) the masks travel with an empty state
+                sparse_info[role] = self.sparsity.wire_state(controller_state) if self.sparsity else {}
             self.sparse[role] = sparse_info.get(role)
         if self.wire != torch.float32:  # scalars (Adam's step count) keep their exact value
             tensors = {k: v.to(self.wire) if v.dtype == torch.float32 and v.dim() else v for k, v in tensors.items()}
@@ -169,12 +177,12 @@ class Codec:
         facts = {key: _per_role(meta, key, self.roles) for key in ("fitness", "lr", "uid", "sparse")}
         # a moving average holds every parameter of its role, as the local model has them
         averaged = {name: expected[name] for name in parameters if name in expected}
-        averages = _carried(tensors, AVERAGE, averaged, self.roles)
+        averages = _carried(tensors, AVERAGE_PREFIX, averaged, self.roles)
         extra = _carried(tensors, EXTRA, extras or {}, self.roles)
-        model = {k: v for k, v in tensors.items() if not k.startswith((AVERAGE, EXTRA))}
+        model = {k: v for k, v in tensors.items() if not k.startswith((AVERAGE_PREFIX, EXTRA))}
         weights, moments = split(model)
-        state, masks = decode_sparse(weights, expected)
-        sparse_moments, moment_masks = decode_sparse(moments, moment_manifest(moments, expected), complete=False)
+        state, masks = decode_masked(weights, expected)
+        sparse_moments, moment_masks = decode_masked(moments, moment_manifest(moments, expected), complete=False)
         optimizer = checked_state(sparse_moments, moment_masks, expected, masks, self.layouts)
         models = {}
         for role in self.roles:
@@ -193,7 +201,7 @@ class Codec:
             if sparse and role in self.sparse and self.sparse[role] is None:
                 raise MessageRejected(f"meta.sparse: the {role} has a controller state, this cell's none")
             if role in facts["sparse"]:
-                sparse = check_sparse_meta(sparse, role, self.sparse.get(role)) or None
+                sparse = self._checked_state(sparse, role) or None
             _check_finite(role, state, prefix, optimizer.get(role), averages.get(role), extra.get(role))
             models[role] = Model(
                 weights={k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)},
@@ -207,6 +215,14 @@ class Codec:
                 extra=extra.get(role, {}),
             )
         return Message(header=header, models=models)
+
+    def _checked_state(self, state: Any, role: Role) -> dict[str, Any]:
+        """A neighbour's controller state, checked by this cell's controller (without one: any object)."""
+        if self.sparsity is not None:
+            return self.sparsity.check_wire_state(state, role, self.sparse.get(role))
+        if not isinstance(state, dict):
+            raise MessageRejected(f"meta.sparse: the {role}'s state is not an object")
+        return state
 
     def _check_sender(self, peer: int, header: Mapping[str, Any]) -> None:
         if header["cell"] != peer:

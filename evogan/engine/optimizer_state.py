@@ -4,8 +4,8 @@ Lipizzaner ships Adam's state with every individual; without it a foreign parent
 moments, whose first steps are sign-sized jolts (Adam's bias-corrected step is about ``lr * sign(g)``).
 Each per-parameter state tensor travels as ``optimizer/<role>/<parameter name>/<key>`` (Adam: ``step``,
 ``exp_avg``, ``exp_avg_sq``); a masked parameter's per-element state uses the weight's mask, so it goes
-as values plus bitmap like the weight and its masked positions arrive as zeros (they are zero already:
-:func:`evogan.sparse.masks.apply_masks` clears them after every step). Hyper-parameters do not travel:
+as values plus bitmap like the weight and its masked positions arrive as zeros (they are zero already: the
+sparsity controller clears them after every step). Hyper-parameters do not travel:
 the receiver builds the optimizer from its own recipe and the sender's learning rate.
 """
 
@@ -17,8 +17,8 @@ import torch
 
 from evogan.api import Role
 from evogan.errors import MessageRejected
-from evogan.individual import Individual
-from evogan.sparse.wire import VALUES
+from evogan.individual import Individual, wire_masks
+from evogan.transport.masked import VALUES
 
 PREFIX = "optimizer/"
 
@@ -32,7 +32,7 @@ def optimizer_tensors(
     cannot travel (torch's optimizers keep tensors only) and raises ``ValueError``.
     """
     names = {id(p): n for n, p in individual.network.named_parameters()}
-    masks = individual.sparse.get("masks") or {}
+    masks = wire_masks(individual)
     tensors: dict[str, torch.Tensor] = {}
     tensor_masks: dict[str, torch.Tensor] = {}
     optimizer = individual.optimizer
@@ -70,7 +70,7 @@ def moment_manifest(
     names: Iterable[str], expected: Mapping[str, tuple[torch.dtype, tuple[int, ...]]]
 ) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
     """Dense name -> its parameter's (dtype, shape) for optimizer tensors sent as values plus bitmap, so
-    that :func:`~evogan.sparse.wire.decode_sparse` checks a bitmap's shape before densifying it."""
+    that :func:`~evogan.transport.masked.decode_masked` checks a bitmap's shape before densifying it."""
     out = {}
     for name in names:
         if name.endswith(VALUES):

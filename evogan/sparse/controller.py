@@ -10,10 +10,11 @@ of the cell, even against a neighbour's frozen copy, so its window fills at one 
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from evogan.api import GeneratorStep, Problem, SparsityController
+from evogan.individual import SPARSE
 from evogan.lazy import lazy
 from evogan.sparse.options import AdaptOptions, AdaptStrictOptions, DstOptions, StaticOptions
 
@@ -27,11 +28,13 @@ if TYPE_CHECKING:
     from evogan.sparse import balance, dst, flops
     from evogan.sparse import masks as _masks
     from evogan.sparse import state as _state
+    from evogan.sparse import wire as _wire
 else:  # the options are read without torch (evogan validate); the controller's work imports it
     torch = lazy("torch", globals())
     balance, dst = lazy("evogan.sparse.balance", globals()), lazy("evogan.sparse.dst", globals())
     flops, sema = lazy("evogan.sparse.flops", globals()), lazy("evogan.average", globals())
     _masks, _state = lazy("evogan.sparse.masks", globals()), lazy("evogan.sparse.state", globals())
+    _wire = lazy("evogan.sparse.wire", globals())
 
 
 class MaskedController(SparsityController[StaticOptions]):
@@ -63,8 +66,9 @@ class MaskedController(SparsityController[StaticOptions]):
             _masks.scale_to_active_fan_in(individual.network, masks)
         _masks.apply_masks(params, masks, individual.trainer)
         seed = int(torch.randint(0, 2**62, (1,), generator=generator, device=generator.device))
-        individual.sparse.clear()
-        individual.sparse.update(
+        state = _state.state_of(individual)
+        state.clear()
+        state.update(
             format=_state.FORMAT,
             controller=self.name,
             role=individual.role,
@@ -77,9 +81,9 @@ class MaskedController(SparsityController[StaticOptions]):
             ledger=flops.new_ledger(),
         )
         if individual.role == "discriminator":
-            individual.sparse["balance"] = new_balance()
+            state["balance"] = new_balance()
         elif o.sema:
-            individual.sparse["sema"] = sema.start(individual.network)
+            state["sema"] = sema.start(individual.network)
 
     def begin_generation(
         self,
@@ -96,21 +100,21 @@ class MaskedController(SparsityController[StaticOptions]):
             return
         seen: set[int] = set()
         for incumbent in incumbents:  # a D that replaced twice may share its state: split it
-            state = incumbent.sparse.get("balance")
+            state = _state.state_of(incumbent).get("balance")
             if state is not None and id(state) in seen:
-                incumbent.sparse["balance"] = state = copy.deepcopy(state)
+                _state.state_of(incumbent)["balance"] = state = copy.deepcopy(state)
             if state is not None:
                 seen.add(id(state))
         for i, offspring in enumerate(discriminators):
-            state = incumbents[i % len(incumbents)].sparse.get("balance")
-            if state is not None and "balance" in offspring.sparse:
-                offspring.sparse["balance"] = state
+            state = _state.state_of(incumbents[i % len(incumbents)]).get("balance")
+            if state is not None and "balance" in _state.state_of(offspring):
+                _state.state_of(offspring)["balance"] = state
 
     def after_generator_step(
         self, generator: Individual, discriminator: Individual, step: GeneratorStep, problem: Problem
     ) -> None:
         o = self.opts
-        gs = generator.sparse
+        gs = _state.state_of(generator)
         params = _params(generator)
         _masks.apply_masks(params, _state.masks_of(generator), generator.trainer)
         gs["steps"] += 1
@@ -124,8 +128,9 @@ class MaskedController(SparsityController[StaticOptions]):
         )
         # Without begin_generation (an engine that does not call it) the faced D is taken as the cell's.
         for home in self._home.get(id(generator)) or [discriminator]:
-            home.sparse["batch"], home.sparse["g_cost"] = len(step.real), list(g_cost)
-            if "balance" in home.sparse:
+            hs = _state.state_of(home)
+            hs["batch"], hs["g_cost"] = len(step.real), list(g_cost)
+            if "balance" in hs:
                 faced = home is discriminator
                 self._tick(home, generator, step, problem, g_cost, d_cost if faced else None)
         new_masks = None
@@ -162,7 +167,7 @@ class MaskedController(SparsityController[StaticOptions]):
     ) -> None:
         """One G step of the cell on ``discriminator``'s balance clock; ``d_cost`` when the step faced it."""
         o = self.opts
-        state = discriminator.sparse["balance"]
+        state = _state.state_of(discriminator)["balance"]
         size = balance.window_size(o.da_iters, o.br_freq) if o.br_freq else 0
         state["clock"] += 1
         if o.br_freq and state["clock"] % o.br_freq == 0:
@@ -174,7 +179,7 @@ class MaskedController(SparsityController[StaticOptions]):
             state["due"] -= 1
             state["samples"] += 1
             flops.charge(
-                discriminator.sparse["ledger"], len(step.z) * (g_cost[0] + 2 * d_cost[0]), 0.0, key="br"
+                _state.state_of(discriminator)["ledger"], len(step.z) * (g_cost[0] + 2 * d_cost[0]), 0.0, key="br"
             )
             settled = not isinstance(o, AdaptOptions) or o.calibrate is None or state["clock"] > o.calibrate.settle
             if self._calibrating(state) and settled and len(state["window"]) >= size:
@@ -203,7 +208,7 @@ class MaskedController(SparsityController[StaticOptions]):
         return isinstance(o, AdaptOptions) and self.adapt and o.calibrate is not None and state.get("band") is None
 
     def after_discriminator_step(self, discriminator: Individual) -> None:
-        ds = discriminator.sparse
+        ds = _state.state_of(discriminator)
         params = _params(discriminator)
         _masks.apply_masks(params, _state.masks_of(discriminator), discriminator.trainer)
         ds["steps"] += 1
@@ -227,6 +232,12 @@ class MaskedController(SparsityController[StaticOptions]):
     def check(self, individual: Individual) -> None:
         _state.validate_sparse_state(individual, controller=self.name)
 
+    def wire_state(self, state: Mapping[str, Any]) -> dict[str, Any]:
+        return _wire.sparse_meta(state)
+
+    def check_wire_state(self, state: Any, role: str, local: Mapping[str, Any] | None) -> dict[str, Any]:
+        return _wire.check_sparse_meta(state, role, local)
+
     def conflict(self, problem: Problem[Any]) -> str:
         if getattr(problem, "generator_candidates", 1) > 1:  # masks, ledger and RigL's gradients follow one step
             return f"problem.egan: sparsity {self.name} masks one generator per step; E-GAN trains several children"
@@ -236,14 +247,14 @@ class MaskedController(SparsityController[StaticOptions]):
 
     def evaluation_network(self, individual: Individual) -> nn.Module:
         """The SEMA copy of a generator when ``sema`` is on (and the individual has one), else its network."""
-        average = individual.sparse.get("sema") if self.opts.sema else None
+        average = individual.extra.get(SPARSE, {}).get("sema") if self.opts.sema else None
         if individual.role != "generator" or not average:
             return individual.network
         return sema.averaged_copy(individual.network, average)
 
     def metrics(self, generator: Individual, discriminator: Individual) -> dict[str, float]:
         o = self.opts
-        gs, ds = generator.sparse, discriminator.sparse
+        gs, ds = _state.state_of(generator), _state.state_of(discriminator)
         out = {
             "density_g": _masks.overall_density(_state.masks_of(generator)),
             "density_d": _masks.overall_density(_state.masks_of(discriminator)),
@@ -269,7 +280,7 @@ class MaskedController(SparsityController[StaticOptions]):
         """The band rule of adapt.md 3.5 on a full window, with D's gradient of the step just taken."""
         o = self.opts
         assert isinstance(o, AdaptOptions)
-        ds = discriminator.sparse
+        ds = _state.state_of(discriminator)
         state = ds["balance"]
         masks = _state.masks_of(discriminator)
         br = balance.balance_ratio(state["window"], eps=o.br_eps, clip=o.br_clip)
@@ -371,7 +382,7 @@ def _event_rng(state: dict[str, Any]) -> torch.Generator:
 
 def _cost(individual: Individual, example: torch.Tensor) -> tuple[float, float]:
     """Per-sample forward FLOPs ``(sparse, dense)``; probes the network on first use."""
-    s = individual.sparse
+    s = _state.state_of(individual)
     if "cost" not in s:
         if "flops" not in s:
             s["flops"] = flops.count_forward_flops(
@@ -388,7 +399,7 @@ def _refresh_cost(s: dict[str, Any]) -> None:
 
 
 def _set_masks(individual: Individual, masks: dict[str, torch.Tensor]) -> None:
-    s = individual.sparse
+    s = _state.state_of(individual)
     s["masks"] = masks
     s["mask_updates"] += 1
     _refresh_cost(s)

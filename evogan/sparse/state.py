@@ -1,4 +1,5 @@
-"""The layout of ``individual.sparse`` and the check the engine runs on a resumed checkpoint.
+"""The layout of a sparsity controller's state, ``individual.extra[SPARSE]``, and the check the engine runs on a
+resumed checkpoint.
 
 The state holds only tensors, numbers, strings, lists and dicts, so it survives ``torch.save(...,
 weights_only=True)``, ``copy.deepcopy`` (selection copies) and the exchange envelope's meta. A discriminator's
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from evogan.errors import UserError
+from evogan.individual import SPARSE
 from evogan.sparse.masks import maskable_parameters
 
 if TYPE_CHECKING:
@@ -29,9 +31,16 @@ if TYPE_CHECKING:
 FORMAT = 2  # 2: balance state per lineage (issue 10)
 
 
+def state_of(individual: Individual) -> dict[str, Any]:
+    """The controller's state of ``individual`` (``individual.extra[SPARSE]``), created empty where absent,
+    so what a controller writes into it stays."""
+    state: dict[str, Any] = individual.extra.setdefault(SPARSE, {})
+    return state
+
+
 def masks_of(individual: Individual) -> dict[str, torch.Tensor]:
     """The individual's masks; a ``UserError`` when it has none (never prepared, or a dense checkpoint)."""
-    masks = individual.sparse.get("masks")
+    masks = individual.extra.get(SPARSE, {}).get("masks")
     if not isinstance(masks, dict):
         raise UserError(
             f"{individual.role} has no sparsity masks: it was created or checkpointed under a dense "
@@ -48,7 +57,7 @@ def validate_sparse_state(individual: Individual, *, controller: str | None = No
     maskable parameter has a mask, and that weights are zero where the mask is off (the reference's
     resume bug: masks and weights that disagree).
     """
-    sparse: dict[str, Any] = individual.sparse
+    sparse: dict[str, Any] = individual.extra.get(SPARSE, {})
     role = individual.role
     if not sparse:
         if controller is not None and masked:
@@ -90,4 +99,4 @@ def validate_sparse_state(individual: Individual, *, controller: str | None = No
         raise UserError(f"checkpoint {role}: no mask for maskable parameters {missing[:3]}")
 
 
-__all__ = ["FORMAT", "masks_of", "validate_sparse_state"]
+__all__ = ["FORMAT", "masks_of", "state_of", "validate_sparse_state"]

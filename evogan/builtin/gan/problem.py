@@ -37,7 +37,7 @@ from evogan.builtin.gan.egan import Egan, EganOptions
 from evogan.builtin.gan.modes import evaluating
 from evogan.builtin.gan.schedule import CriticSchedule
 from evogan.errors import UserError
-from evogan.individual import Individual
+from evogan.individual import Individual, layout_extra
 from evogan.lazy import lazy
 from evogan.precision import Precision
 from evogan.recipe import ComponentRef, component_field
@@ -319,16 +319,17 @@ class GanProblem(AdversarialProblem[GanOptions]):
             return {} if self.egan is None else self.egan.metrics(individual.extra)
         if not self.augment.adaptive:
             return {}
-        return self.augment.metrics(individual.extra or None)
+        return self.augment.metrics(layout_extra(individual) or None)
 
     def augment_state(self, discriminator: Individual, *, start: bool = False) -> dict[str, torch.Tensor] | None:
         """The adaptive augmentation's state ``discriminator`` carries in its ``extra`` (``start``: made
         at its first step); None where the augmentation is not adaptive or it has not trained yet."""
         if not self.augment.adaptive:
             return None
-        if start and not discriminator.extra:
+        if start and not layout_extra(discriminator):
             discriminator.extra.update(self.augment.start())
-        return discriminator.extra or None
+        # the live tensors (the sparsity controller's state shares the slot under its own key)
+        return layout_extra(discriminator) or None
 
     def make_optimizer(self, role: Role, network: nn.Module, learning_rate: float) -> torch.optim.Optimizer:
         # The fused kernel updates all parameters in one call: on one CPU thread it cuts the MNIST MLP's

@@ -1,0 +1,102 @@
+"""An individual's state beyond its network lives in one slot, ``Individual.extra`` (issue 38): checkpoints
+keep the layout they had (so those written before load alike), and ``Individual.sparse`` / ``.average``
+still work for a deprecation cycle, each read or write with one ``DeprecationWarning``."""
+
+from __future__ import annotations
+
+import io
+import warnings
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from evogan.individual import AVERAGE, SPARSE, Individual, individual_tensors, layout_extra, wire_masks
+
+
+def make_optimizer(role: str, network: nn.Module, lr: float) -> torch.optim.Optimizer:
+    return torch.optim.Adam(network.parameters(), lr=lr)
+
+
+def individual() -> Individual:
+    network = nn.Linear(3, 2)
+    made = Individual("generator", network, make_optimizer("generator", network, 0.1), {"lr": 0.1}, 0, "0/G")
+    made.extra = {
+        "p": torch.zeros(()),  # a problem's own tensor (its extra_layout)
+        SPARSE: {"format": 2, "masks": {"weight": torch.ones(2, 3, dtype=torch.bool)}, "steps": 3},
+        AVERAGE: {name: p.detach().clone() for name, p in network.named_parameters()},
+    }
+    return made
+
+
+def saved(state: dict[str, Any]) -> dict[str, Any]:
+    """``state`` through torch.save and torch.load(weights_only=True), as a checkpoint."""
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    buffer.seek(0)
+    loaded: dict[str, Any] = torch.load(buffer, weights_only=True)
+    return loaded
+
+
+def test_the_checkpoint_layout_is_the_one_before_the_slot_moved() -> None:
+    state = individual().state()
+    kept = {"role", "uid", "origin", "hyper", "fitness", "network", "optimizer", "sparse", "average", "extra"}
+    assert set(state) == kept
+    assert state["sparse"]["steps"] == 3 and set(state["average"]) == {"weight", "bias"}
+    assert set(state["extra"]) == {"p"}  # the problem's tensors only, as before
+
+
+@pytest.mark.parametrize("era", ["0.2", "0.1"])
+def test_a_checkpoint_written_before_loads_into_the_slot(era: str) -> None:
+    state = saved(individual().state())
+    if era == "0.1":  # before the moving average and the problem's extra
+        del state["average"], state["extra"]
+        state["sparse"] = {}
+    network = nn.Linear(3, 2)
+    loaded = Individual.from_state(state, network, make_optimizer)
+    if era == "0.1":
+        assert loaded.extra == {} and wire_masks(loaded) == {}
+        return
+    assert set(loaded.extra) == {"p", SPARSE, AVERAGE} and loaded.extra[SPARSE]["steps"] == 3
+    assert torch.equal(wire_masks(loaded)["weight"], torch.ones(2, 3, dtype=torch.bool))
+    assert layout_extra(loaded) == {"p": loaded.extra["p"]}
+    again = loaded.state()
+    assert set(again) == set(state) and again["sparse"] == state["sparse"]
+
+
+def test_clone_copies_the_whole_slot_and_finite_sees_the_average() -> None:
+    original = individual()
+    copy = original.clone(make_optimizer)
+    assert copy.extra[SPARSE] is not original.extra[SPARSE] and copy.extra[AVERAGE] is not original.extra[AVERAGE]
+    assert copy.extra[SPARSE]["steps"] == 3
+    tensors = {id(t) for t in individual_tensors(original)}
+    assert all(id(t) in tensors for t in original.extra[AVERAGE].values())  # the average is checked...
+    assert id(original.extra[SPARSE]["masks"]["weight"]) not in tensors  # ...the controller's state is not
+
+
+def test_the_old_properties_work_with_one_warning_each() -> None:
+    made = individual()
+    with pytest.warns(DeprecationWarning, match=r"Individual\.sparse is deprecated .*extra\[\"sparse\"\]") as caught:
+        assert made.sparse is made.extra[SPARSE]
+    assert len(caught) == 1 and caught[0].filename == __file__  # it points at the caller
+    with pytest.warns(DeprecationWarning, match=r"Individual\.average is deprecated"):
+        assert made.average is made.extra[AVERAGE]
+    with pytest.warns(DeprecationWarning):
+        made.average = None
+    assert AVERAGE not in made.extra
+    with pytest.warns(DeprecationWarning):
+        made.sparse = {"steps": 4}
+    assert made.extra[SPARSE] == {"steps": 4}
+    bare = Individual("generator", nn.Linear(1, 1), None, {}, 0, "0/G")
+    with pytest.warns(DeprecationWarning):
+        bare.sparse["masks"] = {}  # a plugin writing into the state it reads: the write stays
+    assert bare.extra[SPARSE] == {"masks": {}}
+
+
+def test_evogan_itself_never_uses_the_old_properties() -> None:
+    made = individual()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        made.clone(make_optimizer).state()
+        list(individual_tensors(made))
