@@ -20,12 +20,17 @@ from evogan.api import (
     ROLES,
     Faced,
     GeneratorStep,
+    Mutation,
     OptionsT,
+    Pairing,
     Problem,
+    ProblemContext,
     Role,
+    SparsityController,
     StackedTraining,
     Variation,
 )
+from evogan.errors import UserError
 from evogan.individual import Individual
 
 if TYPE_CHECKING:
@@ -34,10 +39,42 @@ if TYPE_CHECKING:
 
 
 class AdversarialProblem(Problem[OptionsT]):
-    """Generators and discriminators (:data:`evogan.api.ROLES`) trained by gradient steps."""
+    """Generators and discriminators (:data:`evogan.api.ROLES`) trained by gradient steps.
+
+    The problem owns the parts of its training loop, built through its context from its options:
+    ``pairing`` (who each step trains against), ``mutation`` (of each attacker's hyper-parameters before
+    each step) and ``sparsity`` (a controller, or None). Options that name them as nested components
+    (``[problem.pairing]``, ``[problem.mutation]``, ``[problem.sparsity]``, as the GAN problem's do) choose
+    them; options without such a field get the default pairing, no mutation and no sparsity.
+    """
 
     roles: ClassVar[tuple[Role, Role]] = ROLES
     role_keys: ClassVar[tuple[str, str] | None] = ("g", "d")
+    pairing: Pairing[Any]
+    mutation: Mutation[Any]
+    sparsity: SparsityController[Any] | None
+
+    def __init__(self, options: OptionsT, context: ProblemContext) -> None:
+        super().__init__(options, context)
+        self.pairing = self._part(Pairing, "pairing", "reference")
+        self.mutation = self._part(Mutation, "mutation", "none")
+        self.sparsity = self._part(SparsityController, "sparsity", None)
+
+    def setup(self) -> None:
+        """Check that the sparsity controller fits the problem as configured (a subclass calls this first)."""
+        conflict = self.sparsity.conflict(self) if self.sparsity is not None else ""
+        if conflict:
+            where = self.context.recipe_path
+            raise UserError(f"{where}: {conflict}" if where else conflict)
+
+    def _part(self, kind: type[Any], field: str, default: str | None) -> Any:
+        """The nested component ``options.<field>`` names, else ``default`` with its default options."""
+        from evogan.recipe import ComponentRef  # the recipe module imports the registry, which imports this
+
+        ref = getattr(self.options, field, None) if field in type(self.options).model_fields else default
+        if ref is None:
+            return None
+        return self.context.build(kind, ComponentRef(use=ref) if isinstance(ref, str) else ref)
 
     @property
     @abc.abstractmethod
@@ -127,7 +164,7 @@ class AdversarialProblem(Problem[OptionsT]):
 
     def vary(self, job: Variation) -> Iterator[int]:
         self.before_training(job)
-        _begin(job)
+        _begin(self, job)
         yield from _train(self, [job], RowByRow(self, job.members["generator"], job.members["discriminator"]))
 
     def together_obstacle(self, populations: Sequence[Mapping[Role, Sequence[Individual]]], *, hooks: bool) -> str:
@@ -148,13 +185,13 @@ class AdversarialProblem(Problem[OptionsT]):
         gens = [g for job in jobs for g in job.members["generator"]]
         discs = [d for job in jobs for d in job.members["discriminator"]]
         started = time.perf_counter()
-        stacked = self.stacked_training(gens, discs, hooks=self._views(jobs[0].sparsity is not None))
+        stacked = self.stacked_training(gens, discs, hooks=self._views(self.sparsity is not None))
         if isinstance(stacked, str):  # the engine asked together_obstacle first: these individuals changed
             raise RuntimeError(f"cells trained together: {stacked}")
         try:
             for job in jobs:
                 self.before_training(job)
-                _begin(job)
+                _begin(self, job)
             for _ in _train(self, jobs, stacked):
                 raise RuntimeError("cells trained together cannot exchange inside a generation")
         finally:
@@ -195,12 +232,12 @@ class RowByRow(StackedTraining):
         pass
 
 
-def _begin(job: Variation) -> None:
+def _begin(problem: AdversarialProblem[Any], job: Variation) -> None:
     """Tell the sparsity controller who trains; with selection on, which discriminators are the cell's
     own (offspring share lineage state with them)."""
-    if job.sparsity is not None:
+    if problem.sparsity is not None:
         incumbents = job.incumbents.get("discriminator", ())
-        job.sparsity.begin_generation(job.members["generator"], job.members["discriminator"], incumbents)
+        problem.sparsity.begin_generation(job.members["generator"], job.members["discriminator"], incumbents)
 
 
 def _train(
@@ -209,7 +246,7 @@ def _train(
     """Lipizzaner's generation for every cell of ``jobs``, step by step: each cell's pairing, then each
     member's mutation, from the cell's own streams; one step of every generator on ``backend``; the sparsity
     hooks row by row; the same for the discriminators. Yields ``step`` where the run exchanges models."""
-    pairing, mutate, sparsity = jobs[0].pairing, jobs[0].mutation.mutate, jobs[0].sparsity
+    pairing, mutate, sparsity = problem.pairing, problem.mutation.mutate, problem.sparsity
     gens = [g for job in jobs for g in job.members["generator"]]
     discs = [d for job in jobs for d in job.members["discriminator"]]
     batches = [problem.training_batches(generator=job.rnd.torch, cell=job.cell_index) for job in jobs]

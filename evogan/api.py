@@ -370,9 +370,6 @@ class Variation:
     opponents: Mapping[Role, Opponents]
     incumbents: Mapping[Role, Sequence[Individual]]
     rnd: CellRandom
-    mutation: Mutation[Any]
-    pairing: Pairing[Any]
-    sparsity: SparsityController[Any] | None
     exchange_every: int = 0
     seconds: float = 0.0
 

@@ -38,9 +38,6 @@ size = 2
 use = "tournament"
 size = 2
 
-[mutation]
-use = "none"
-
 [problem]
 use = "sortnet"
 inputs = 8
@@ -128,10 +125,11 @@ def test_the_shipped_recipe_runs_a_generation(tmp_path: Path) -> None:
 
 def test_sparsity_on_a_problem_without_generator_and_discriminator_is_a_one_line_error(tmp_path: Path) -> None:
     recipe = write_recipe(tmp_path)
-    result = invoke("run", str(recipe), "--set", 'sparsity={use="static"}', "--output-dir", str(tmp_path / "out"))
+    sparse = 'problem.sparsity={use="static"}'
+    result = invoke("run", str(recipe), "--set", sparse, "--output-dir", str(tmp_path / "out"))
     assert result.exit_code != 0
     assert result.output.strip().splitlines() == [
-        f"error: {recipe}: sparsity: problem sortnet has no generator and discriminator"
+        f"error: {recipe}: problem.sparsity: unknown key"
     ]
     assert not list((tmp_path / "out").glob("*"))  # no run directory, no checkpoint
 
