@@ -209,9 +209,8 @@ def test_old_and_new_place_together_is_a_one_line_error(tiny_recipe, registries:
     assert caught.value.lines == [f"{path}: mutation: a deprecated top-level table, and problem.mutation too: keep one"]
 
 
-def test_a_gan_recipe_names_its_mutation(tmp_path: Path, registries: Registries) -> None:
+def test_a_gan_recipe_without_a_mutation_gets_lipizzaners(registries: Registries) -> None:
     data = recipes.read_toml(ROOT / "evogan" / "testing" / "tiny.toml")
-    del data["problem"]["mutation"]
-    with pytest.raises(RecipeError) as caught:
-        recipes.validate(data, registries)
-    assert caught.value.lines == ["recipe.toml: problem.mutation: required key is missing"]
+    assert data["problem"].pop("mutation") == {"use": "gaussian_lr"}
+    recipe = recipes.validate(data, registries)
+    assert recipe.choices["problem"].options.mutation == recipes.ComponentRef(use="gaussian_lr")  # type: ignore[attr-defined]

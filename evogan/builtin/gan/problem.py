@@ -71,10 +71,11 @@ class GanOptions(ComponentOptions):
     pairing: ComponentRef = component_field(
         "pairing", "reference", "whom each training step faces ([problem.pairing]; was [pairing])"
     )
-    mutation: ComponentRef = Field(
-        description="each attacker's hyper-parameter mutation before each training step ([problem.mutation]; "
-        "was [mutation])",
-        json_schema_extra={"evogan_kind": "mutation"},
+    mutation: ComponentRef = component_field(
+        "mutation",
+        "gaussian_lr",
+        "each attacker's hyper-parameter mutation before each of its training steps ([problem.mutation]; was "
+        "[mutation], which 0.2 required); default: Lipizzaner's",
     )
     sparsity: ComponentRef | None = Field(
         None,
