@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from evogan.api import (
     ROLES,
+    ComponentOptions,
     Faced,
     GeneratorStep,
     Mutation,
@@ -34,6 +35,7 @@ from evogan.errors import UserError
 from evogan.individual import Individual
 
 if TYPE_CHECKING:
+    import numpy as np
     import torch
     from torch import nn
 
@@ -45,7 +47,7 @@ class AdversarialProblem(Problem[OptionsT]):
     ``pairing`` (who each step trains against), ``mutation`` (of each attacker's hyper-parameters before
     each step) and ``sparsity`` (a controller, or None). Options that name them as nested components
     (``[problem.pairing]``, ``[problem.mutation]``, ``[problem.sparsity]``, as the GAN problem's do) choose
-    them; options without such a field get the default pairing, no mutation and no sparsity.
+    them; options without such a field get the pairing kind's default, no mutation and no sparsity.
     """
 
     roles: ClassVar[tuple[Role, Role]] = ROLES
@@ -56,9 +58,9 @@ class AdversarialProblem(Problem[OptionsT]):
 
     def __init__(self, options: OptionsT, context: ProblemContext) -> None:
         super().__init__(options, context)
-        self.pairing = self._part(Pairing, "pairing", "reference")
-        self.mutation = self._part(Mutation, "mutation", "none")
-        self.sparsity = self._part(SparsityController, "sparsity", None)
+        self.pairing = self._part(Pairing, "pairing") or self._default_pairing()
+        self.mutation = self._part(Mutation, "mutation") or _Unchanged(ComponentOptions())
+        self.sparsity = self._part(SparsityController, "sparsity")
 
     def setup(self) -> None:
         """Check that the sparsity controller fits the problem as configured (a subclass calls this first)."""
@@ -67,14 +69,21 @@ class AdversarialProblem(Problem[OptionsT]):
             where = self.context.recipe_path
             raise UserError(f"{where}: {conflict}" if where else conflict)
 
-    def _part(self, kind: type[Any], field: str, default: str | None) -> Any:
-        """The nested component ``options.<field>`` names, else ``default`` with its default options."""
+    def _part(self, kind: type[Any], field: str) -> Any:
+        """The nested component ``options.<field>`` names (None where the options have no such field, or
+        leave it out)."""
+        ref = getattr(self.options, field, None) if field in type(self.options).model_fields else None
+        return None if ref is None else self.context.build(kind, ref)
+
+    def _default_pairing(self) -> Pairing[Any]:
+        """The pairing kind's default (``default = True``), for options that name none."""
         from evogan.recipe import ComponentRef  # the recipe module imports the registry, which imports this
 
-        ref = getattr(self.options, field, None) if field in type(self.options).model_fields else default
-        if ref is None:
-            return None
-        return self.context.build(kind, ComponentRef(use=ref) if isinstance(ref, str) else ref)
+        default = self.context.source[Pairing.kind].default() if self.context.source is not None else None
+        if default is None:
+            raise UserError(f"problem {self.name}: its options name no pairing, and no default pairing is registered")
+        pairing: Pairing[Any] = self.context.build(Pairing, ComponentRef(use=default.name))
+        return pairing
 
     @property
     @abc.abstractmethod
@@ -230,6 +239,15 @@ class RowByRow(StackedTraining):
 
     def close(self) -> None:
         pass
+
+
+class _Unchanged(Mutation[ComponentOptions]):
+    """The mutation of a problem whose options name none: hyper-parameters stay as they are."""
+
+    name: ClassVar[str] = "unchanged"
+
+    def mutate(self, hyper: Mapping[str, float], *, rng: np.random.Generator) -> dict[str, float]:
+        return dict(hyper)
 
 
 def _begin(problem: AdversarialProblem[Any], job: Variation) -> None:

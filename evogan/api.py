@@ -249,6 +249,9 @@ class ComponentRegistry(Protocol):
     def get(self, name: str) -> type[Component[Any]]:
         """The component called ``name``; an unknown name is a ``UserError``."""
 
+    def default(self) -> type[Component[Any]] | None:
+        """The kind's component marked ``default = True``, if one is registered."""
+
 
 class ComponentRegistries(Protocol):
     """Every kind's :class:`ComponentRegistry`, by kind: the run's :class:`evogan.registry.Registries`,

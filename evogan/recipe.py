@@ -537,9 +537,9 @@ def validate(data: dict[str, Any], registries: Registries, *, path: Path = Path(
 
 def move_problem_parts(data: dict[str, Any], registries: Registries, source: str = "recipe.toml") -> dict[str, Any]:
     """``data`` with 0.2's top-level ``[pairing]``, ``[mutation]`` and ``[sparsity]`` moved into ``[problem]``,
-    one ``FutureWarning`` per table moved. A problem whose options take no such part (sorting networks took
-    ``[mutation] use = "none"``) had it ignored by the engine: such a pairing or mutation is dropped, with a
-    warning saying so."""
+    one ``FutureWarning`` per table moved. A problem whose options take no such part (0.2 made the sorting
+    networks name a mutation that changed nothing) had it ignored by the engine: such a pairing or mutation is
+    dropped, with a warning saying so."""
     old = [part for part in PROBLEM_PARTS if part in data]
     if not old:
         return data

@@ -355,7 +355,7 @@ def test_bad_band_and_sema_options_are_one_line_recipe_errors(tiny_recipe, table
     result = CliRunner().invoke(cli, ["validate", str(path), "--set", f"problem.sparsity={table}"])
     assert result.exit_code == 2, result.output
     lines = [line for line in result.output.splitlines() if line.strip()]
-    assert len(lines) == 1 and f"{path}: sparsity" in lines[0] and message in lines[0], result.output
+    assert len(lines) == 1 and f"{path}: problem.sparsity" in lines[0] and message in lines[0], result.output
 
 
 # ------------------------------------------------------------------------------------------ 0.2's band keys
