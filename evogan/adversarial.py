@@ -76,13 +76,14 @@ class AdversarialProblem(Problem[OptionsT]):
         return None if ref is None else self.context.build(kind, ref)
 
     def _default_pairing(self) -> Pairing[Any]:
-        """The pairing kind's default (``default = True``), for options that name none."""
-        from evogan.recipe import ComponentRef  # the recipe module imports the registry, which imports this
-
+        """The pairing kind's default (``default = True``) with its default options, for options that name
+        none."""
         default = self.context.source[Pairing.kind].default() if self.context.source is not None else None
         if default is None:
             raise UserError(f"problem {self.name}: its options name no pairing, and no default pairing is registered")
-        pairing: Pairing[Any] = self.context.build(Pairing, ComponentRef(use=default.name))
+        pairing = default(default.Options())
+        if not isinstance(pairing, Pairing):
+            raise TypeError(f"{default.__qualname__} is registered as a pairing but does not subclass Pairing")
         return pairing
 
     @property
