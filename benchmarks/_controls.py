@@ -121,7 +121,7 @@ def parse_grid(text: str) -> tuple[int, int]:
 
 
 def pairing(name: str) -> str:
-    return f"pairing={{use={json.dumps(name)}}}"
+    return f"problem.pairing={{use={json.dumps(name)}}}"
 
 
 def builtin_pairings(registries: Registries) -> list[str]:
@@ -190,7 +190,7 @@ def cost_per_generation(recipe: recipes.Recipe, registries: Registries) -> Itera
         generation += 1
         progress = (generation - 1) / max(1, recipe.run.generations)  # a pairing's schedule follows it
         faced = [
-            discriminators_faced(settings.pairing, recipe, topology.neighbours(c), c, progress)
+            discriminators_faced(problem.pairing, recipe, topology.neighbours(c), c, progress)
             for c in range(topology.cells)
         ]
         total, steps = 0.0, 0
@@ -320,7 +320,7 @@ def run_matrix(script: Script, args: argparse.Namespace) -> Path:
                 "overrides": [o for o in overrides if not o.startswith("run.output_dir=")],
                 "base_generations": args.generations,
                 "grid": config.grid,
-                "pairing": recipe.choices["pairing"].name,
+                "pairing": recipe.choices["problem"].options.pairing.use,
                 "selection": recipe.population.selection,
                 "generations": config.generations,
                 "seed": seed,

@@ -59,7 +59,7 @@ def judge(run_dir: Path, generation: int, samples: int) -> dict[str, Any]:
             gradient = gradients[pair["d"]]
             pair["grad_norm"] = gradient.norm().item()
             pair["cos_own"] = F.cosine_similarity(gradient, gradients[i], dim=0).item()
-    return {"pairing": trained.recipe.choices["pairing"].name, "cells": len(cells), "pairs": pairs}
+    return {"pairing": trained.recipe.choices["problem"].options.pairing.use, "cells": len(cells), "pairs": pairs}
 
 
 def by_group(pairs: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:

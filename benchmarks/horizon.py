@@ -139,7 +139,7 @@ def base_record(
         "recipe_sha": recipe_sha(script.recipe),
         "set": list(extra),
         "grid": config.grid,
-        "pairing": recipe.choices["pairing"].name,
+        "pairing": recipe.choices["problem"].options.pairing.use,
         "selection": recipe.population.selection,
         "seed": seed,
         "commit": commit,

@@ -40,7 +40,7 @@ echo "backend: $backend"
 (nice -n 10 timeout 400 $PYTHON -m pytest -m gpu -q -rs -p no:cacheprovider tests/test_gpu.py \
     tests/test_stacked_fitness.py tests/test_precision.py >"$OUT/gpu-tests.log" 2>&1; echo "exit $?" >>"$OUT/gpu-tests.log") &
 
-fade='pairing={use="neighbour_share", generator_share=0.67, discriminator_share=0.67, fade="cosine", fade_until=0.5}'
+fade='problem.pairing={use="neighbour_share", generator_share=0.67, discriminator_share=0.67, fade="cosine", fade_until=0.5}'
 mkdir -p /tmp/jobs
 job() {  # CONFIG SEED [SET...]: one horizon.py run in the background
     local config=$1 seed=$2

@@ -9,7 +9,7 @@ classifier FID, TVD and classes of the final generator (summary.json), the mean 
 generations, the theoretical training-FLOPs fraction (``sparsity.flops_ratio``), the BR forwards' cost,
 D's density at the end and its range over the run (metrics.jsonl), and training seconds per G step.
 Variants beyond the methods are the ablations of what makes the pair train (``*-nosn``: no spectral
-norm; ``*-unscaled``: masks on the dense initialisation, unscaled). The ``[sparsity]`` table is replaced
+norm; ``*-unscaled``: masks on the dense initialisation, unscaled). The ``[problem.sparsity]`` table is replaced
 whole; intervals are scaled to the run length. Every finished run is appended to ``--json`` (one JSON object
 per line; the raw logs are committed under ``benchmarks/logs/sparse/``), so a long matrix can be run in
 pieces and reported together:
@@ -37,7 +37,7 @@ from _common import append_log, git_commit, mean_sd
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "recipes" / "demo.toml"
 NO_SN = "problem.network.spectral_norm=false"
-# variant -> (controller, extra [sparsity] fields, extra overrides)
+# variant -> (controller, extra [problem.sparsity] fields, extra overrides)
 VARIANTS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     "dense": ("dense", (), ()),
     "static": ("static", (), ()),
@@ -65,7 +65,7 @@ VARIANTS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
 
 
 def sparsity_table(variant: str, density: float, steps: int) -> str:
-    """The ``sparsity`` override: the paper's intervals rescaled to ``steps`` G steps."""
+    """The ``problem.sparsity`` override: the paper's intervals rescaled to ``steps`` G steps."""
     use, extra, _ = VARIANTS[variant]
     if use == "dense":
         return '{use="dense"}'
@@ -109,7 +109,7 @@ def one_run(variant: str, density: float, seed: int, args: argparse.Namespace, o
         f"problem.batches_per_generation={args.batches}",
         f"problem.network.hidden={args.hidden}",
         "problem.network.spectral_norm=true",
-        f"sparsity={sparsity_table(variant, density, steps)}",
+        f"problem.sparsity={sparsity_table(variant, density, steps)}",
         *VARIANTS[variant][2],
     ]
     load = os.getloadavg()[0]

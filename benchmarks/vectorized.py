@@ -94,12 +94,12 @@ def measure(cells: int, vectorize: bool, threads: int, args: argparse.Namespace,
         f"topology.rows={side}",
         f"topology.cols={side}",
         "population.selection=false",
-        'pairing={use="g_neighbourhood"}',
+        'problem.pairing={use="g_neighbourhood"}',
         f"problem.batches_per_generation={args.batches}",
     ]
     if args.sparsity:
         table = args.sparsity if args.sparsity.startswith("{") else f"{{use={json.dumps(args.sparsity)}}}"
-        overrides.append(f"sparsity={table}")
+        overrides.append(f"problem.sparsity={table}")
     _, _, run_dir = run_recipe(recipe, overrides)
     kept = [r for r in timings(run_dir) if r["generation"] > 1]
     seconds = sum(r.get(p, 0.0) for r in kept for p in PHASES)

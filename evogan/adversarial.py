@@ -18,11 +18,16 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from evogan.api import (
     ROLES,
+    ComponentOptions,
     Faced,
     GeneratorStep,
+    Mutation,
     OptionsT,
+    Pairing,
     Problem,
+    ProblemContext,
     Role,
+    SparsityController,
     StackedTraining,
     Variation,
 )
@@ -30,15 +35,56 @@ from evogan.errors import UserError
 from evogan.individual import AVERAGE, Individual, layout_extra
 
 if TYPE_CHECKING:
+    import numpy as np
     import torch
     from torch import nn
 
 
 class AdversarialProblem(Problem[OptionsT]):
-    """Generators and discriminators (:data:`evogan.api.ROLES`) trained by gradient steps."""
+    """Generators and discriminators (:data:`evogan.api.ROLES`) trained by gradient steps.
+
+    The problem owns the parts of its training loop, built through its context from its options:
+    ``pairing`` (who each step trains against), ``mutation`` (of each attacker's hyper-parameters before
+    each step) and ``sparsity`` (a controller, or None). Options that name them as nested components
+    (``[problem.pairing]``, ``[problem.mutation]``, ``[problem.sparsity]``, as the GAN problem's do) choose
+    them; options without such a field get the pairing kind's default, no mutation and no sparsity.
+    """
 
     roles: ClassVar[tuple[Role, Role]] = ROLES
     role_keys: ClassVar[tuple[str, str] | None] = ("g", "d")
+    pairing: Pairing[Any]
+    mutation: Mutation[Any]
+    sparsity: SparsityController[Any] | None
+
+    def __init__(self, options: OptionsT, context: ProblemContext) -> None:
+        super().__init__(options, context)
+        self.pairing = self._part(Pairing, "pairing") or self._default_pairing()
+        self.mutation = self._part(Mutation, "mutation") or _Unchanged(ComponentOptions())
+        self.sparsity = self._part(SparsityController, "sparsity")
+
+    def setup(self) -> None:
+        """Check that the sparsity controller fits the problem as configured (a subclass calls this first)."""
+        conflict = self.sparsity.conflict(self) if self.sparsity is not None else ""
+        if conflict:
+            where = self.context.recipe_path
+            raise UserError(f"{where}: {conflict}" if where else conflict)
+
+    def _part(self, kind: type[Any], field: str) -> Any:
+        """The nested component ``options.<field>`` names (None where the options have no such field, or
+        leave it out)."""
+        ref = getattr(self.options, field, None) if field in type(self.options).model_fields else None
+        return None if ref is None else self.context.build(kind, ref)
+
+    def _default_pairing(self) -> Pairing[Any]:
+        """The pairing kind's default (``default = True``) with its default options, for options that name
+        none."""
+        default = self.context.source[Pairing.kind].default() if self.context.source is not None else None
+        if default is None:
+            raise UserError(f"problem {self.name}: its options name no pairing, and no default pairing is registered")
+        pairing = default(default.Options())
+        if not isinstance(pairing, Pairing):
+            raise TypeError(f"{default.__qualname__} is registered as a pairing but does not subclass Pairing")
+        return pairing
 
     @property
     @abc.abstractmethod
@@ -138,7 +184,7 @@ class AdversarialProblem(Problem[OptionsT]):
 
     def vary(self, job: Variation) -> Iterator[int]:
         self.before_training(job)
-        _begin(job)
+        _begin(self, job)
         yield from _train(self, [job], RowByRow(self, job.members["generator"], job.members["discriminator"]))
 
     def together_obstacle(self, populations: Sequence[Mapping[Role, Sequence[Individual]]], *, hooks: bool) -> str:
@@ -159,17 +205,17 @@ class AdversarialProblem(Problem[OptionsT]):
         gens = [g for job in jobs for g in job.members["generator"]]
         discs = [d for job in jobs for d in job.members["discriminator"]]
         started = time.perf_counter()
-        if getattr(jobs[0].pairing, "adapts_faced", False):
+        if getattr(self.pairing, "adapts_faced", False):
             raise UserError(
-                "pairing.adapt_faced trains neighbours' copies one at a time: set run.vectorize = false"
+                "problem.pairing.adapt_faced trains neighbours' copies one at a time: set run.vectorize = false"
             )
-        stacked = self.stacked_training(gens, discs, hooks=self._views(jobs[0].sparsity is not None))
+        stacked = self.stacked_training(gens, discs, hooks=self._views(self.sparsity is not None))
         if isinstance(stacked, str):  # the engine asked together_obstacle first: these individuals changed
             raise RuntimeError(f"cells trained together: {stacked}")
         try:
             for job in jobs:
                 self.before_training(job)
-                _begin(job)
+                _begin(self, job)
             for _ in _train(self, jobs, stacked):
                 raise RuntimeError("cells trained together cannot exchange inside a generation")
         finally:
@@ -210,12 +256,21 @@ class RowByRow(StackedTraining):
         pass
 
 
-def _begin(job: Variation) -> None:
+class _Unchanged(Mutation[ComponentOptions]):
+    """The mutation of a problem whose options name none: hyper-parameters stay as they are."""
+
+    name: ClassVar[str] = "unchanged"
+
+    def mutate(self, hyper: Mapping[str, float], *, rng: np.random.Generator) -> dict[str, float]:
+        return dict(hyper)
+
+
+def _begin(problem: AdversarialProblem[Any], job: Variation) -> None:
     """Tell the sparsity controller who trains; with selection on, which discriminators are the cell's
     own (offspring share lineage state with them)."""
-    if job.sparsity is not None:
+    if problem.sparsity is not None:
         incumbents = job.incumbents.get("discriminator", ())
-        job.sparsity.begin_generation(job.members["generator"], job.members["discriminator"], incumbents)
+        problem.sparsity.begin_generation(job.members["generator"], job.members["discriminator"], incumbents)
 
 
 def _train(
@@ -224,9 +279,11 @@ def _train(
     """Lipizzaner's generation for every cell of ``jobs``, step by step: each cell's pairing, then each
     member's mutation, from the cell's own streams; one step of every generator on ``backend``; the sparsity
     hooks row by row; the same for the discriminators. Yields ``step`` where the run exchanges models."""
-    pairing, mutate, sparsity = jobs[0].pairing, jobs[0].mutation.mutate, jobs[0].sparsity
+    pairing, mutate, sparsity = problem.pairing, problem.mutation.mutate, problem.sparsity
     if sparsity is not None and getattr(pairing, "adapts_faced", False):
-        raise UserError("pairing.adapt_faced does not train sparse copies (their masks): turn one of them off")
+        raise UserError(
+            "problem.pairing.adapt_faced does not train sparse copies (their masks): turn one of them off"
+        )
     gens = [g for job in jobs for g in job.members["generator"]]
     discs = [d for job in jobs for d in job.members["discriminator"]]
     batches = [problem.training_batches(generator=job.rnd.torch, cell=job.cell_index) for job in jobs]

@@ -264,6 +264,9 @@ class ComponentRegistry(Protocol):
     def get(self, name: str) -> type[Component[Any]]:
         """The component called ``name``; an unknown name is a ``UserError``."""
 
+    def default(self) -> type[Component[Any]] | None:
+        """The kind's component marked ``default = True``, if one is registered."""
+
 
 class ComponentRegistries(Protocol):
     """Every kind's :class:`ComponentRegistry`, by kind: the run's :class:`evogan.registry.Registries`,
@@ -385,9 +388,6 @@ class Variation:
     opponents: Mapping[Role, Opponents]
     incumbents: Mapping[Role, Sequence[Individual]]
     rnd: CellRandom
-    mutation: Mutation[Any]
-    pairing: Pairing[Any]
-    sparsity: SparsityController[Any] | None
     exchange_every: int = 0
     seconds: float = 0.0
 

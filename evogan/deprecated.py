@@ -64,6 +64,10 @@ DEPRECATIONS: tuple[Deprecation, ...] = (
 )
 # Recipe keys: the options model maps them to the new ones and warns (FutureWarning: shown to users).
 RECIPE_KEYS: tuple[Deprecation, ...] = (
+    # the problem owns the parts of its training loop (evogan.recipe.PROBLEM_PARTS)
+    Deprecation("[pairing]", "[problem.pairing]", since="0.3.0", removal="0.4.0"),
+    Deprecation("[mutation]", "[problem.mutation]", since="0.3.0", removal="0.4.0"),
+    Deprecation("[sparsity]", "[problem.sparsity]", since="0.3.0", removal="0.4.0"),
     Deprecation(
         "sparsity.band", 'a sparsity.calibrate table (band = "auto"), or none (band = "fixed")', "0.3.0", "0.4.0"
     ),

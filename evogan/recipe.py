@@ -1,11 +1,13 @@
 """Recipes: TOML files validated into typed models before any work starts.
 
 A recipe has fixed tables (``[run]``, ``[population]``, ``[mixture]``, ``[exchange]``) and one table per
-extension point (``[topology]``, ``[selection]``, ``[mutation]``, ``[sparsity]``, ``[problem]``,
-``[pairing]``) whose ``use`` key names a registered component (an optional table left out gets the
-kind's default component, if it has one); the table's other keys are validated against that component's
-``Options``. Components may nest references to other components (the GAN problem's ``[problem.data]``).
-Every problem becomes one line ``recipe.toml: selection.tournament_size: must be >= 1``.
+extension point of the engine (``[topology]``, ``[selection]``, ``[problem]``) whose ``use`` key names a
+registered component (an optional table left out gets the kind's default component, if it has one); the
+table's other keys are validated against that component's ``Options``. Components may nest references to
+other components: the GAN problem's ``[problem.data]``, and the parts of its training loop,
+``[problem.pairing]``, ``[problem.mutation]`` and ``[problem.sparsity]`` (top-level tables before 0.3.0,
+still read with one warning each: :data:`PROBLEM_PARTS`). Every problem becomes one line
+``recipe.toml: selection.tournament_size: must be >= 1``.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import copy
 import hashlib
 import json
 import tomllib
+import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +24,7 @@ from typing import Annotated, Any, Literal, TypeVar, get_args
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
+from evogan import deprecated
 from evogan.api import Component, ComponentOptions, ComponentRegistries, ConnectableTransport
 from evogan.errors import RecipeError, UserError
 from evogan.precision import PrecisionName
@@ -217,11 +221,11 @@ OPERATIONAL_KEYS = (
 COMPONENT_TABLES: dict[str, tuple[str, bool]] = {
     "topology": ("topology", True),
     "selection": ("selection", True),
-    "mutation": ("mutation", True),
-    "sparsity": ("sparsity", False),
     "problem": ("problem", True),
-    "pairing": ("pairing", False),
 }
+# Top-level tables of 0.2 that the problem owns since 0.3.0 ([problem.pairing], ...): read from the old
+# place with one FutureWarning each (evogan.deprecated.RECIPE_KEYS), as are --set overrides of them.
+PROBLEM_PARTS: tuple[str, ...] = ("pairing", "mutation", "sparsity")
 
 
 # ------------------------------------------------------------------------------------------ nested refs
@@ -367,6 +371,8 @@ def resolve_choice(
     _check_names(registries, options, path, source, errors)
     for field_name, nested_kind in nested_kinds(component.Options).items():
         ref = getattr(options, field_name)
+        if ref is None:  # an optional part left out (the GAN problem's sparsity)
+            continue
         resolve_choice(
             registries, nested_kind, {"use": ref.use, **ref.settings}, f"{path}.{field_name}", source, errors
         )
@@ -399,6 +405,11 @@ class Recipe:
         """Hash of everything that decides the numbers (not how long, where or on how many workers
         the run goes): workers on different nodes compare it, and ``--resume`` checks it."""
         data = copy.deepcopy(self.data)
+        problem = data.get("problem")
+        if isinstance(problem, dict):  # hashed where 0.2 had them: runs started before the move resume
+            for part in PROBLEM_PARTS:
+                if part in problem:
+                    data[part] = problem.pop(part)
         for key in OPERATIONAL_KEYS:
             data.get("run", {}).pop(key, None)
         if data.get("run", {}).get("precision") == "fp32":  # the default, written out: the same numbers
@@ -437,6 +448,7 @@ def read_toml(path: Path) -> dict[str, Any]:
 def apply_overrides(data: dict[str, Any], overrides: Iterable[str], source: str) -> dict[str, Any]:
     """Apply ``dotted.key=value`` overrides; values are parsed as TOML (``3``, ``"x"``, ``true``)."""
     data = copy.deepcopy(data)
+    warned: set[str] = set()
     for override in overrides:
         key, sep, raw = override.partition("=")
         if not sep or not key.strip():
@@ -446,6 +458,14 @@ def apply_overrides(data: dict[str, Any], overrides: Iterable[str], source: str)
         except tomllib.TOMLDecodeError:
             value = raw  # a bare word: treat as a string
         *parents, leaf = key.strip().split(".")
+        head = (parents or [leaf])[0]
+        problem = data.get("problem")
+        if head in PROBLEM_PARTS and head not in data and isinstance(problem, dict) and head in problem:
+            # --set pairing.use=x on a recipe with [problem.pairing]: where the table is now
+            if head not in warned:
+                warned.add(head)
+                deprecated.warn(f"[{head}]")
+            parents = ["problem", *parents] if parents else ["problem"]
         table = data
         for part in parents:
             table = table.setdefault(part, {})
@@ -459,6 +479,7 @@ def validate(data: dict[str, Any], registries: Registries, *, path: Path = Path(
     """Validate a recipe's tables; raise :class:`RecipeError` with every problem, one line each."""
     source = str(path)
     errors: list[str] = []
+    data = move_problem_parts(data, registries, source)
     known = set(FIXED_TABLES) | set(COMPONENT_TABLES)
     for key in data:
         if key not in known:
@@ -494,9 +515,9 @@ def validate(data: dict[str, Any], registries: Registries, *, path: Path = Path(
             options_path="exchange.options",
         )
     if "run" in fixed:  # what the engine cannot stack, known from the recipe; the device is not known yet
-        sparsity = choices.get("sparsity")
+        sparsity = _sparsity_component(choices.get("problem"), registries)
         every_batches = fixed["exchange"].every_batches if "exchange" in fixed else 0
-        obstacle = vectorize_obstacle(sparsity.component if sparsity else None, every_batches)
+        obstacle = vectorize_obstacle(sparsity, every_batches)
         try:
             vectorize_choice(fixed["run"].vectorize, device="", cells=0, obstacle=obstacle)
         except UserError as error:
@@ -512,6 +533,51 @@ def validate(data: dict[str, Any], registries: Registries, *, path: Path = Path(
         exchange=fixed["exchange"],
         choices=choices,
     )
+
+
+def move_problem_parts(data: dict[str, Any], registries: Registries, source: str = "recipe.toml") -> dict[str, Any]:
+    """``data`` with 0.2's top-level ``[pairing]``, ``[mutation]`` and ``[sparsity]`` moved into ``[problem]``,
+    one ``FutureWarning`` per table moved. A problem whose options take no such part (0.2 made the sorting
+    networks name a mutation that changed nothing) had it ignored by the engine: such a pairing or mutation is
+    dropped, with a warning saying so."""
+    old = [part for part in PROBLEM_PARTS if part in data]
+    if not old:
+        return data
+    data = copy.deepcopy(data)
+    problem = data.get("problem")
+    if not isinstance(problem, dict):  # no [problem] (or not a table): validation names it
+        return data
+    try:
+        fields = registries["problem"].get(str(problem.get("use"))).Options.model_fields
+    except UserError:
+        fields = None  # an unknown problem: move them, validation names the problem
+    for part in old:
+        table = data.pop(part)
+        # A sparsity the problem cannot take was an error and stays one (problem.sparsity: unknown key).
+        if fields is not None and part not in fields and part != "sparsity":
+            warnings.warn(
+                f"[{part}] is deprecated since evogan 0.3.0 and ignored: problem {problem.get('use')} has no "
+                f"{part} (the engine never used it); remove the table",
+                FutureWarning,
+                stacklevel=3,
+            )
+            continue
+        deprecated.warn(f"[{part}]")
+        if part in problem:
+            raise RecipeError([f"{source}: {part}: a deprecated top-level table, and problem.{part} too: keep one"])
+        problem[part] = table
+    return data
+
+
+def _sparsity_component(problem: Choice | None, registries: Registries) -> type[Component[Any]] | None:
+    """The sparsity controller class the problem's options name (``[problem.sparsity]``), if any."""
+    ref = getattr(problem.options, "sparsity", None) if problem is not None else None
+    if not isinstance(ref, ComponentRef):
+        return None
+    try:
+        return registries["sparsity"].get(ref.use)
+    except UserError:
+        return None  # validation named it
 
 
 def transport_choice(recipe: Recipe, registries: Registries, *, processes: int) -> Choice:
@@ -637,6 +703,7 @@ __all__ = [
     "AUTO_VECTORIZES_ON",
     "COMPONENT_TABLES",
     "FIXED_TABLES",
+    "PROBLEM_PARTS",
     "Choice",
     "ComponentRef",
     "ExchangeSection",
@@ -651,6 +718,7 @@ __all__ = [
     "component_names_field",
     "dumps_toml",
     "load",
+    "move_problem_parts",
     "read_toml",
     "toml_value",
     "transport_choice",

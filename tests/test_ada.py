@@ -159,7 +159,7 @@ def test_the_generator_step_augments_fakes_with_each_defenders_state(tiny_recipe
         (),
         ("population.size=2",),  # a cell's rows share its stream: drawn in the looped order all the same
         # several weighted defenders (the neighbours' copies among them), each with its own p
-        ('pairing={use="g_mixture"}', "population.opponents=neighbourhood"),
+        ('problem.pairing={use="g_mixture"}', "population.opponents=neighbourhood"),
     ],
     ids=["default", "pop2", "weighted"],
 )

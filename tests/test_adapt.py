@@ -245,7 +245,7 @@ def test_2x2_grid_local_windows_fill_and_decide_on_schedule(
     generations = 8
     prepared = prepare(
         tiny_recipe(seed=2, generations=generations),
-        overrides=[f"sparsity={ADAPT}", f"population.selection={str(selection).lower()}"],
+        overrides=[f"problem.sparsity={ADAPT}", f"population.selection={str(selection).lower()}"],
     )
     run_in_process(prepared)
     steps = generations * 4  # 4 G steps per generation
@@ -313,9 +313,9 @@ AUTO = (
 
 def test_resume_restores_the_calibration_state_exactly(tiny_recipe) -> None:
     path = tiny_recipe(seed=4, generations=4, rows=1, cols=2)
-    straight = prepare(path, overrides=[f"sparsity={AUTO}", "run.checkpoint_every=1"])
+    straight = prepare(path, overrides=[f"problem.sparsity={AUTO}", "run.checkpoint_every=1"])
     run_in_process(straight)
-    first = prepare(path, overrides=[f"sparsity={AUTO}", "run.checkpoint_every=1", "run.generations=1"])
+    first = prepare(path, overrides=[f"problem.sparsity={AUTO}", "run.checkpoint_every=1", "run.generations=1"])
     run_in_process(first)  # stops after generation 1: warm-up half done (4 of 6 ticks)
     state = newest_checkpoint(first.run_dir.path, 0)
     balance_state = state["discriminators"][0]["sparse"]["balance"]
@@ -336,26 +336,26 @@ def test_resume_restores_the_calibration_state_exactly(tiny_recipe) -> None:
 @pytest.mark.parametrize(
     ("table", "message"),
     [
-        ('{use="adapt-relax", calibrate="median"}', "sparsity.calibrate: "),
+        ('{use="adapt-relax", calibrate="median"}', "problem.sparsity.calibrate: "),
         ('{use="adapt-relax", calibrate={}, density_d=0.5}', "density_d (0.5) must equal density_g"),
         ('{use="adapt-relax", calibrate={warmup=100}}', "calibrate.warmup (100) must be at least da_iters"),
-        ('{use="adapt-strict", calibrate={width=0}}', "sparsity.calibrate.width: "),
+        ('{use="adapt-strict", calibrate={width=0}}', "problem.sparsity.calibrate.width: "),
         ('{use="adapt-relax", calibrate={settle=2000}}', "settle (2000) must be below warmup (2000)"),
-        ('{use="adapt-relax", calibrate={min_width=-1}}', "sparsity.calibrate.min_width: "),
-        ('{use="adapt-relax", calibrate={warm_up=10}}', "sparsity.calibrate.warm_up: "),
-        ('{use="adapt-relax", g_mask="frozen"}', "sparsity.g_mask: "),
-        ('{use="adapt-relax", verify="always"}', "sparsity.verify: "),
-        ('{use="rigl", sema=1.0}', "sparsity.sema: "),
-        ('{use="static", sema=-0.1}', "sparsity.sema: "),
+        ('{use="adapt-relax", calibrate={min_width=-1}}', "problem.sparsity.calibrate.min_width: "),
+        ('{use="adapt-relax", calibrate={warm_up=10}}', "problem.sparsity.calibrate.warm_up: "),
+        ('{use="adapt-relax", g_mask="frozen"}', "problem.sparsity.g_mask: "),
+        ('{use="adapt-relax", verify="always"}', "problem.sparsity.verify: "),
+        ('{use="rigl", sema=1.0}', "problem.sparsity.sema: "),
+        ('{use="static", sema=-0.1}', "problem.sparsity.sema: "),
     ],
 )
 def test_bad_band_and_sema_options_are_one_line_recipe_errors(tiny_recipe, table: str, message: str) -> None:
     _attach_commands()
     path = tiny_recipe()
-    result = CliRunner().invoke(cli, ["validate", str(path), "--set", f"sparsity={table}"])
+    result = CliRunner().invoke(cli, ["validate", str(path), "--set", f"problem.sparsity={table}"])
     assert result.exit_code == 2, result.output
     lines = [line for line in result.output.splitlines() if line.strip()]
-    assert len(lines) == 1 and f"{path}: sparsity" in lines[0] and message in lines[0], result.output
+    assert len(lines) == 1 and f"{path}: problem.sparsity" in lines[0] and message in lines[0], result.output
 
 
 # ------------------------------------------------------------------------------------------ 0.2's band keys
@@ -374,7 +374,7 @@ def test_the_flat_band_keys_of_0_2_still_work_with_a_warning_each(tiny_recipe) -
     _attach_commands()  # the CLI: one warning line per key, then the run's own output
     path = tiny_recipe()
     table = '{use="adapt-relax", density_g=0.5, density_d=0.5, band="auto", band_warmup=1000}'
-    result = CliRunner().invoke(cli, ["validate", str(path), "--set", f"sparsity={table}"])
+    result = CliRunner().invoke(cli, ["validate", str(path), "--set", f"problem.sparsity={table}"])
     assert result.exit_code == 0, result.output
     warned = [line for line in result.output.splitlines() if line.startswith("warning:")]
     assert len(warned) == 2 and "sparsity.band_warmup is deprecated since evogan 0.3.0" in " ".join(warned)

@@ -92,12 +92,12 @@ def test_the_average_travels_with_the_model_and_a_malformed_one_is_dropped(tiny_
 def test_g_ema_with_sema_is_a_one_line_error(tiny_recipe) -> None:
     _attach_commands()
     path = tiny_recipe()
-    result = CliRunner().invoke(  # the masked controller asks the problem when the run's pieces are built
-        cli, ["run", str(path), "--quiet", "--set", "problem.g_ema=0.99", "--set", 'sparsity={use="rigl", sema=0.99}']
-    )
+    sets = ["--set", "problem.g_ema=0.99", "--set", 'problem.sparsity={use="rigl", sema=0.99}']
+    # the masked controller asks the problem when the run's pieces are built
+    result = CliRunner().invoke(cli, ["run", str(path), "--quiet", *sets])
     assert result.exit_code == 2
     lines = [line for line in result.output.splitlines() if line.strip()]
-    assert len(lines) == 1 and "problem.g_ema: sparsity.sema already averages the generator" in lines[0]
+    assert len(lines) == 1 and "problem.g_ema: problem.sparsity.sema already averages the generator" in lines[0]
 
 
 @pytest.mark.slow

@@ -16,6 +16,7 @@ import mode_collapse
 
 from evogan.api import Pairing
 from evogan.plugins import make_plugin_manager
+from evogan.recipe import build_nested
 from evogan.registry import Registries
 
 SCRIPT = mode_collapse.SCRIPT
@@ -46,7 +47,7 @@ def test_the_controls_are_named_and_the_lone_gan_gets_the_grids_training_flops(r
             for name in ("g_mixture", "g_neighbourhood", "neighbour_share", "own_pair", "reference")
         ),
     }
-    assert configs["independent-3x3"].overrides == ('pairing={use="own_pair"}', "population.selection=false")
+    assert configs["independent-3x3"].overrides == ('problem.pairing={use="own_pair"}', "population.selection=false")
     # g_mixture's generator step runs the 3x3 von Neumann neighbourhood's five discriminators
     grid = 3 * F_G + 2 * 5 * F_D + 6 * F_D + F_G
     lone = 3 * F_G + 2 * F_D + 6 * F_D + F_G
@@ -80,12 +81,17 @@ def test_egan_counts_every_child_and_its_fitness(registries, egan: str, per_step
 
 @pytest.mark.parametrize(
     ("overrides", "faced"),
-    [((), 5), (('pairing={use="reference"}',), 1), (("population.selection=true",), 1), (("population.size=2",), 10)],
+    [
+        ((), 5),
+        (('problem.pairing={use="reference"}',), 1),
+        (("population.selection=true",), 1),
+        (("population.size=2",), 10),
+    ],
 )
 def test_a_generator_step_faces_what_the_pairing_says(registries, overrides: tuple[str, ...], faced: int) -> None:
     config = _controls.Configuration("", 3, 3, overrides, 1, "")
     recipe = _controls.load(SCRIPT, registries, _controls.overrides_of(SCRIPT, arguments(), config, 0, Path("/tmp")))
-    pairing = recipe.choices["pairing"].create(Pairing)
+    pairing = build_nested(registries, Pairing, recipe.choices["problem"].options.pairing)
     assert _controls.discriminators_faced(pairing, recipe, (1, 2, 3, 6), 0) == faced
 
 
@@ -96,10 +102,10 @@ def test_a_generator_step_faces_what_the_pairing_says(registries, overrides: tup
 def test_a_neighbour_share_step_faces_its_blend_until_it_fades(
     registries, options: str, progress: float, faced: int
 ) -> None:
-    table = f'pairing={{use="neighbour_share", generator_share=0.5, {options}}}'.replace(", }", "}")
+    table = f'problem.pairing={{use="neighbour_share", generator_share=0.5, {options}}}'.replace(", }", "}")
     config = _controls.Configuration("", 3, 3, (table,), 1, "")
     recipe = _controls.load(SCRIPT, registries, _controls.overrides_of(SCRIPT, arguments(), config, 0, Path("/tmp")))
-    pairing = recipe.choices["pairing"].create(Pairing)
+    pairing = build_nested(registries, Pairing, recipe.choices["problem"].options.pairing)
     assert _controls.discriminators_faced(pairing, recipe, (1, 2, 3, 6), 0, progress) == faced
 
 

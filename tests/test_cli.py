@@ -113,7 +113,7 @@ def test_live_view_renders_the_grid(tiny_recipe) -> None:
     console = Console(file=buffer, width=120, force_terminal=True, color_system=None)
     reporter = TerminalReporter(console, "live")
     pm = make_plugin_manager(extra=[reporter])
-    run_in_process(prepare(tiny_recipe(generations=2), pm=pm, overrides=['sparsity.use="static"']))
+    run_in_process(prepare(tiny_recipe(generations=2), pm=pm, overrides=['problem.sparsity.use="static"']))
     text = buffer.getvalue()
     assert "cell-generations" in text and "mixture score" in text and "density G" in text
     assert "best mixture ensemble: cell" in text

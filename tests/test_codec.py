@@ -62,7 +62,7 @@ def make_pair(path: Path, sets: tuple[str, ...]) -> Pair:
 def sparse(tmp_path_factory: pytest.TempPathFactory) -> Pair:
     torch.set_num_threads(1)
     path = write_tiny_recipe(tmp_path_factory.mktemp("codec"), seed=5)
-    return make_pair(path, ("exchange.optimizer_state=true", f"sparsity={ADAPT}"))
+    return make_pair(path, ("exchange.optimizer_state=true", f"problem.sparsity={ADAPT}"))
 
 
 @pytest.fixture(scope="module")

@@ -229,7 +229,7 @@ def test_reporter_shows_peer_age_when_present() -> None:
 # neighbour's pair every generation: the validation scores must agree across processes too
 MIGRATING = (
     "population.selection=false",
-    'pairing={use="neighbour_share", discriminator_share=0.5}',
+    'problem.pairing={use="neighbour_share", discriminator_share=0.5}',
     "population.migration_every=1",
 )
 

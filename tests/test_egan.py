@@ -178,7 +178,7 @@ def test_off_adds_nothing_and_one_loss_equal_to_problem_loss_trains_the_same(tin
         (('problem.egan={losses=["mse", "mse"]}',), "problem.egan.losses: each loss at most once (mse twice)"),
         (("problem.egan={gamma=-1}",), "problem.egan.gamma: must be >= 0"),
         (("problem.egan={}", "run.vectorize=true"), "run.vectorize: true, but problem.egan: "),
-        (("problem.egan={}", 'sparsity={use="static"}'), "problem.egan: sparsity static masks one generator"),
+        (("problem.egan={}", 'problem.sparsity={use="static"}'), "problem.egan: sparsity static masks one generator"),
     ],
 )
 def test_bad_uses_are_one_line_errors(tiny_recipe, sets: tuple[str, ...], message: str) -> None:
@@ -198,5 +198,6 @@ def test_validate_names_an_unknown_loss_without_building_anything(tiny_recipe) -
 
 def test_one_loss_does_not_conflict_with_sparsity(tiny_recipe) -> None:
     # one child is the plain step: the masks follow it as they do any step
-    records = metrics(run(tiny_recipe(generations=1), 'problem.egan={losses=["bce"]}', 'sparsity={use="static"}'))
+    sets = ('problem.egan={losses=["bce"]}', 'problem.sparsity={use="static"}')
+    records = metrics(run(tiny_recipe(generations=1), *sets))
     assert records and all(r["individual_metrics"]["g_egan_bce"] == 1.0 for r in records)

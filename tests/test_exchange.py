@@ -89,7 +89,7 @@ def test_fresher_neighbours_change_training_and_stay_reproducible(tiny_recipe, s
 
 def test_resume_is_exact_with_the_new_keys(tiny_recipe) -> None:
     path = tiny_recipe(seed=3, generations=4)
-    options = ("exchange.every_batches=2", "exchange.optimizer_state=true", f"sparsity={SPARSE}")
+    options = ("exchange.every_batches=2", "exchange.optimizer_state=true", f"problem.sparsity={SPARSE}")
     straight = run(path, *options)
     interrupted = run(path, *options, "run.checkpoint_every=2", stop_after=3)
     run_in_process(prepare(None, resume_dir=interrupted))
@@ -190,7 +190,7 @@ def two_cells(path: Path, *sets: str) -> tuple[Cell, Cell]:
 
 @pytest.mark.parametrize("sparse", [False, True])
 def test_optimizer_state_round_trips_through_the_envelope(tiny_recipe, sparse: bool) -> None:
-    sets = ["exchange.optimizer_state=true", *([f"sparsity={SPARSE}"] if sparse else [])]
+    sets = ["exchange.optimizer_state=true", *([f"problem.sparsity={SPARSE}"] if sparse else [])]
     sender, receiver = two_cells(tiny_recipe(), *sets)
     frames = sender.message()
     header = envelope.parse_header(frames, max_bytes=1 << 30)
@@ -329,7 +329,7 @@ def test_transports_hold_a_bounded_number_of_messages_from_inside_generations() 
 
 
 def test_moments_of_a_masked_weight_must_come_with_its_mask(tiny_recipe) -> None:
-    sender, receiver = two_cells(tiny_recipe(), "exchange.optimizer_state=true", f"sparsity={SPARSE}")
+    sender, receiver = two_cells(tiny_recipe(), "exchange.optimizer_state=true", f"problem.sparsity={SPARSE}")
     received = envelope.decode(sender.message(), max_bytes=1 << 30)
     values = next(k for k in received.tensors if k.startswith(PREFIX) and k.endswith("/exp_avg.__values__"))
     name = values.removesuffix(".__values__")

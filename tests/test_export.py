@@ -93,7 +93,7 @@ def test_exported_mixture_samples_as_evogan_does_without_evogan(run_dir: Path, t
 
 
 def test_sparse_mixture_exports(tmp_path: Path) -> None:
-    run_dir = run_tiny(write_tiny_recipe(tmp_path, generations=1, overrides=['sparsity.use="adapt-relax"']))
+    run_dir = run_tiny(write_tiny_recipe(tmp_path, generations=1, overrides=['problem.sparsity.use="adapt-relax"']))
     run = evogan.load(run_dir)
     exported = torch.export.load(run.export(tmp_path / "sparse.pt2", cell=1)).module()
     z, u = run.mixture(1).sampler_inputs(100, seed=2)

@@ -15,7 +15,7 @@ from evogan.engine import migration
 from evogan.runtime.single import prepare, run_in_process
 
 _attach_commands()
-IN_PLACE = ("population.selection=false", 'pairing.use="own_pair"')
+IN_PLACE = ("population.selection=false", 'problem.pairing.use="own_pair"')
 
 
 def scored(monkeypatch: pytest.MonkeyPatch, scores: dict[int, float]) -> None:

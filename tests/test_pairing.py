@@ -68,7 +68,7 @@ def test_reference_reproduces_the_records_of_the_code_before_pairings(tiny_recip
     expected = json.loads(RECORDED.read_text())[case]
     path = tiny_recipe(seed=7, generations=2)
     left_out = records(run(path, *RECORDED_CASES[case]))
-    named = records(run(path, *RECORDED_CASES[case], 'pairing={use="reference"}'))
+    named = records(run(path, *RECORDED_CASES[case], 'problem.pairing={use="reference"}'))
     for got in (left_out, named):
         assert_close([{k: v for k, v in r.items() if k not in NEWER_FIELDS} for r in got], expected)
 
@@ -79,7 +79,7 @@ def test_reference_reproduces_its_records_where_the_mixture_ES_and_the_best_cell
     path = tiny_recipe(seed=7, generations=3, varied=True)
     left_out = run(path, *VARIED_CASES[case])
     assert_real_choices(left_out)
-    named = run(path, *VARIED_CASES[case], 'pairing={use="reference"}')
+    named = run(path, *VARIED_CASES[case], 'problem.pairing={use="reference"}')
     for got in (records(left_out), records(named)):
         assert_close([{k: v for k, v in r.items() if k not in ("diverged", "restored_from")} for r in got], expected)
 
@@ -151,7 +151,7 @@ def centre_cell(tiny_recipe, overrides: list[str]) -> Cell:
 def one_generation(tiny_recipe, pairing: str, batches: int = 40, options: str = "") -> tuple[Spy, Cell]:
     """Cell 4 of a 3x3 torus trains one seeded generation after one exchange."""
     overrides = ["population.selection=false", f"problem.batches_per_generation={batches}"]
-    target = centre_cell(tiny_recipe, [*overrides, f'pairing={{use="{pairing}"{options}}}'])
+    target = centre_cell(tiny_recipe, [*overrides, f'problem.pairing={{use="{pairing}"{options}}}'])
     faced = Spy(target)
     target.step()
     return faced, target
@@ -250,9 +250,9 @@ def test_neighbour_share_faces_neighbours_for_its_share_of_the_steps(tiny_recipe
 
 def test_neighbour_share_of_zero_is_own_pair_bit_for_bit(tiny_recipe) -> None:
     path = tiny_recipe(seed=3, generations=2)
-    zero = 'pairing={use="neighbour_share", generator_share=0.0}'
+    zero = 'problem.pairing={use="neighbour_share", generator_share=0.0}'
     shared = records(run(path, "population.selection=false", zero))
-    alone = records(run(path, "population.selection=false", 'pairing.use="own_pair"'))
+    alone = records(run(path, "population.selection=false", 'problem.pairing.use="own_pair"'))
     assert [r["g_loss"] for r in shared] == [r["g_loss"] for r in alone]
     assert [r["d_loss"] for r in shared] == [r["d_loss"] for r in alone]
 
@@ -275,7 +275,7 @@ def test_adapt_faced_trains_each_faced_neighbour_copy_against_that_generator_fir
 
     monkeypatch.setattr(GanProblem, "discriminator_step", d_step)
     monkeypatch.setattr(GanProblem, "generator_step", g_step)
-    table = 'pairing={use="neighbour_share", generator_share=1.0, adapt_faced=true}'
+    table = 'problem.pairing={use="neighbour_share", generator_share=1.0, adapt_faced=true}'
     path = tiny_recipe(seed=3, generations=1, rows=1, cols=2)
     run(path, "population.selection=false", "run.vectorize=false", table)
     g_steps = [i for i, (kind, _) in enumerate(steps) if kind == "G"]
@@ -289,12 +289,12 @@ def test_adapt_faced_trains_each_faced_neighbour_copy_against_that_generator_fir
 
 
 def test_adapt_faced_is_a_one_line_error_where_copies_cannot_train(tiny_recipe) -> None:
-    table = 'pairing={use="neighbour_share", adapt_faced=true}'
+    table = 'problem.pairing={use="neighbour_share", adapt_faced=true}'
     path = tiny_recipe(generations=1, rows=1, cols=2)
     with pytest.raises(UserError, match=r"run\.vectorize = false"):
         run(path, "population.selection=false", "run.vectorize=true", table)
     with pytest.raises(UserError, match="sparse copies"):
-        run(path, "population.selection=false", table, 'sparsity={use="static", density_d=0.5}')
+        run(path, "population.selection=false", table, 'problem.sparsity={use="static", density_d=0.5}')
 
 
 def test_neighbour_share_blend_weighs_own_and_neighbours_in_every_step(tiny_recipe) -> None:
@@ -325,7 +325,7 @@ def test_neighbour_share_fades_on_its_schedule(fade: str, until: float, expected
 def test_a_faded_neighbour_share_trains_only_the_own_pair_once_faded(tiny_recipe) -> None:
     options = ", generator_share=1.0, discriminator_share=1.0, fade='linear', fade_until=0.5"
     overrides = ["population.selection=false", "problem.batches_per_generation=10", "run.generations=2"]
-    target = centre_cell(tiny_recipe, [*overrides, f'pairing={{use="neighbour_share"{options}}}'])
+    target = centre_cell(tiny_recipe, [*overrides, f'problem.pairing={{use="neighbour_share"{options}}}'])
     faced = Spy(target)
     target.step()  # progress 0: every step faces a neighbour
     assert "own" not in {step[0][0] for step in faced.generator_steps} and "own" not in faced.discriminator_steps
@@ -339,7 +339,7 @@ def test_a_faded_neighbour_share_trains_only_the_own_pair_once_faded(tiny_recipe
 @pytest.mark.parametrize("pairing", PAIRINGS)
 def test_same_seed_and_resume_are_exact_under_every_pairing(tiny_recipe, pairing: str) -> None:
     path = tiny_recipe(seed=3, generations=2, varied=True)  # g_mixture's weights move: resume must carry them
-    overrides = ("population.selection=false", f'pairing={{use="{pairing}"}}')
+    overrides = ("population.selection=false", f'problem.pairing={{use="{pairing}"}}')
     straight = run(path, *overrides)
     again = run(path, *overrides)
     assert (straight / "metrics.jsonl").read_bytes() == (again / "metrics.jsonl").read_bytes()
@@ -352,7 +352,9 @@ def test_same_seed_and_resume_are_exact_under_every_pairing(tiny_recipe, pairing
 def test_pairings_train_differently(tiny_recipe) -> None:
     path = tiny_recipe(seed=3, generations=1)
     losses = {
-        pairing: [r["g_loss"] for r in records(run(path, "population.selection=false", f'pairing.use="{pairing}"'))]
+        pairing: [
+            r["g_loss"] for r in records(run(path, "population.selection=false", f'problem.pairing.use="{pairing}"'))
+        ]
         for pairing in PAIRINGS
     }
     assert len({tuple(v) for v in losses.values()}) == len(PAIRINGS)
@@ -361,7 +363,7 @@ def test_pairings_train_differently(tiny_recipe) -> None:
 def test_g_mixture_keeps_an_adapt_controller_working(tiny_recipe) -> None:
     """The balance ratio is measured against the step's principal opponent, the cell's own D."""
     sparsity = '{use="adapt-relax", density_g=0.5, br_freq=1, da_iters=2, d_interval=2}'
-    overrides = ("population.selection=false", 'pairing.use="g_mixture"', f"sparsity={sparsity}")
+    overrides = ("population.selection=false", 'problem.pairing.use="g_mixture"', f"problem.sparsity={sparsity}")
     record = records(run(tiny_recipe(generations=2, rows=3, cols=3), *overrides))[-1]
     assert abs(record["sparsity"]["density_g"] - 0.5) < 0.01 and "br" in record["sparsity"]
     assert all(torch.isfinite(torch.tensor(float(v))) for v in record["sparsity"].values())
@@ -370,26 +372,25 @@ def test_g_mixture_keeps_an_adapt_controller_working(tiny_recipe) -> None:
 # ------------------------------------------------------------------------------------------ recipes
 def test_an_unknown_pairing_is_a_one_line_recipe_error(tiny_recipe) -> None:
     path = tiny_recipe()
-    result = CliRunner().invoke(cli, ["validate", str(path), "--set", 'pairing.use="mixture"'])
+    result = CliRunner().invoke(cli, ["validate", str(path), "--set", 'problem.pairing.use="mixture"'])
     assert result.exit_code == 2
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and "Traceback" not in result.output
-    assert lines[0].startswith(f"error: {path}: pairing.use: unknown pairing 'mixture'")
+    assert lines[0].startswith(f"error: {path}: problem.pairing.use: unknown pairing 'mixture'")
     assert "available: g_mixture, g_neighbourhood, neighbour_share, own_pair, reference" in lines[0]
-    bad_option = CliRunner().invoke(cli, ["validate", str(path), "--set", "pairing={use='own_pair', k=1}"])
-    assert bad_option.exit_code == 2 and f"{path}: pairing.k: unknown key" in bad_option.output
+    bad_option = CliRunner().invoke(cli, ["validate", str(path), "--set", "problem.pairing={use='own_pair', k=1}"])
+    assert bad_option.exit_code == 2 and f"{path}: problem.pairing.k: unknown key" in bad_option.output
 
 
 def test_shipped_recipes_pick_a_pairing_and_the_paper_recipes_the_reference() -> None:
     registries = Registries.from_plugin_manager(make_plugin_manager(autoload=False))
     for path in sorted((HERE.parent / "recipes").glob("*.toml")):
         data = recipes.apply_overrides(recipes.read_toml(path), [], str(path))
-        choice = recipes.resolve_choice(
-            registries, "pairing", data.get("pairing", {"use": "reference"}), "pairing", str(path), []
-        )
+        pairing = data["problem"].get("pairing", {"use": "reference"})
+        choice = recipes.resolve_choice(registries, "pairing", pairing, "problem.pairing", str(path), [])
         assert choice is not None, path.name
         if path.name in PAPER_RECIPES:
-            assert "pairing" not in data or data["pairing"]["use"] == "reference", path.name
+            assert pairing["use"] == "reference", path.name
 
 
 def test_only_one_default_per_kind() -> None:
@@ -443,7 +444,11 @@ if __name__ == "__main__" and sys.argv[1:] == ["--record-varied"]:
 
 @pytest.mark.parametrize("opponents", ["offspring", "neighbourhood"])
 def test_with_selection_offspring_face_the_neighbours_copies_only_when_asked(tiny_recipe, opponents: str) -> None:
-    overrides = ["population.selection=true", f'population.opponents="{opponents}"', 'pairing={use="g_mixture"}']
+    overrides = [
+        "population.selection=true",
+        f'population.opponents="{opponents}"',
+        'problem.pairing={use="g_mixture"}',
+    ]
     target = centre_cell(tiny_recipe, overrides)
     phases = target.generation_phases()
     job = next(phases)

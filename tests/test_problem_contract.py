@@ -72,3 +72,37 @@ def test_a_problem_builds_its_components_through_the_context_and_registries_warn
     assert isinstance(dataset, Dataset) and dataset.name == "gaussian_ring"
     with pytest.warns(DeprecationWarning, match="ProblemContext.build"):
         assert context.registries is registries
+
+
+
+def test_an_adversarial_problem_owns_its_parts_and_options_without_them_get_the_defaults() -> None:
+    """Pairing, mutation and sparsity are the problem's, built through its context from its options
+    ([problem.pairing], ...); options without such fields get the default pairing, no mutation, no sparsity."""
+    from functools import partial
+
+    import numpy as np
+    import torch
+
+    from evogan.api import ComponentOptions, ProblemContext, SparsityController
+    from evogan.builtin.gan.problem import GanOptions
+    from evogan.plugins import make_plugin_manager
+    from evogan.recipe import build_nested
+    from evogan.registry import Registries
+
+    registries = Registries.from_plugin_manager(make_plugin_manager())
+    context = ProblemContext(partial(build_nested, registries), torch.device("cpu"), source=registries)
+    parts = {"pairing": {"use": "own_pair"}, "mutation": {"use": "lognormal_lr"}, "sparsity": {"use": "static"}}
+    gan = GanProblem(GanOptions.model_validate({**SMALL, **parts}), context)
+    assert (gan.pairing.name, gan.mutation.name) == ("own_pair", "lognormal_lr")
+    assert isinstance(gan.sparsity, SparsityController) and gan.sparsity.name == "static"
+    plain = GanProblem(GanOptions.model_validate(SMALL), context)
+    assert (plain.pairing.name, plain.mutation.name, plain.sparsity) == ("reference", "gaussian_lr", None)
+
+    class Bare(GanProblem):  # options without the parts, as a problem written for 0.2 has
+        def __init__(self, options: Any, context: ProblemContext) -> None:
+            AdversarialProblem.__init__(self, options, context)
+
+    bare = Bare(ComponentOptions(), context)  # type: ignore[arg-type]
+    hyper = {"lr": 1e-3, "lr0": 1e-3}
+    assert bare.pairing.name == "reference" and bare.sparsity is None
+    assert bare.mutation.mutate(hyper, rng=np.random.default_rng(0)) == hyper

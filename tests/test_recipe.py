@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import tomllib
+import warnings
 from pathlib import Path
 
 import pytest
@@ -133,3 +134,83 @@ def test_recipe_round_trips_through_toml(tiny_recipe, registries: Registries, tm
     copy = tmp_path / "copy.toml"
     copy.write_text(recipe.to_toml())
     assert recipes.load(copy, registries).data == recipe.data
+
+
+# ------------------------------------------------------------------------------------------ 0.2's layout
+FROZEN_0_2 = ROOT / "tests" / "data" / "frozen_recipe_0_2.toml"  # a 0.2 recipe: never edit
+FROZEN_0_2_RECORDS = ROOT / "tests" / "data" / "frozen_recipe_0_2_records.json"  # its records under 0.2's code
+FROZEN_0_2_DIGEST = "079cf43bd656c048"  # its digest under 0.2's code: its runs' checkpoints carry it
+
+
+def new_layout(data: dict) -> dict:
+    """``data`` with its top-level pairing, mutation and sparsity written where they are now."""
+    data = {**data, "problem": dict(data["problem"])}
+    for part in recipes.PROBLEM_PARTS:
+        if part in data:
+            data["problem"][part] = data.pop(part)
+    return data
+
+
+def moved(caught: list[warnings.WarningMessage]) -> list[str]:
+    return sorted(str(w.message).split(" is deprecated")[0] for w in caught if w.category is FutureWarning)
+
+
+def test_the_0_2_layout_loads_with_one_warning_per_table_and_gives_the_same_recipe(
+    registries: Registries, tmp_path: Path
+) -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        old = recipes.load(FROZEN_0_2, registries)
+    assert len(caught) == 3 and moved(caught) == ["[mutation]", "[pairing]", "[sparsity]"]
+    assert "use [problem.pairing]" in " ".join(str(w.message) for w in caught)
+    path = tmp_path / "now.toml"
+    path.write_text(recipes.dumps_toml(new_layout(recipes.read_toml(FROZEN_0_2))))
+    now = recipes.load(path, registries)  # no warning (pytest turns one into an error)
+    assert old.data == now.data and old.choices == now.choices
+    assert old.digest == now.digest == FROZEN_0_2_DIGEST
+    assert old.choices["problem"].options.pairing.use == "g_mixture"  # type: ignore[attr-defined]
+
+
+def test_a_0_2_recipe_trains_as_it_did(tmp_path: Path) -> None:
+    from test_run import metrics, run
+
+    with pytest.warns(FutureWarning) as caught:
+        run_dir = run(FROZEN_0_2, "run.generations=2", f"run.output_dir={json.dumps(str(tmp_path))}")
+    assert moved(list(caught)) == ["[mutation]", "[pairing]", "[sparsity]"]
+    assert metrics(run_dir) == json.loads(FROZEN_0_2_RECORDS.read_text())
+
+
+@pytest.mark.parametrize(
+    ("override", "table"),
+    [
+        ('pairing.use="own_pair"', {"use": "own_pair", "generator_share": 0.25}),  # a key: the others stay
+        ('pairing={use="own_pair"}', {"use": "own_pair"}),  # a table: replaces it, as it did
+    ],
+)
+def test_a_set_of_the_old_table_reaches_the_new_one_with_one_warning(
+    tiny_recipe, registries: Registries, override: str, table: dict
+) -> None:
+    path = tiny_recipe(overrides=['problem.pairing={use="neighbour_share", generator_share=0.25}'])
+    data = recipes.read_toml(path)
+    with pytest.warns(FutureWarning, match=r"^\[pairing\] is deprecated .*: use \[problem.pairing\]$") as caught:
+        overridden = recipes.apply_overrides(data, [override, override], str(path))
+    assert len(caught) == 1 and "pairing" not in overridden and overridden["problem"]["pairing"] == table
+    with pytest.warns(FutureWarning) as caught:  # no [problem.pairing] yet: moved when the recipe is read
+        recipe = recipes.load(tiny_recipe(), registries, ['pairing.use="own_pair"', "sparsity.use=\"static\""])
+    assert moved(list(caught)) == ["[pairing]", "[sparsity]"]
+    assert recipe.data["problem"]["pairing"] == {"use": "own_pair"} and "pairing" not in recipe.data
+
+
+def test_old_and_new_place_together_is_a_one_line_error(tiny_recipe, registries: Registries, tmp_path: Path) -> None:
+    path = tmp_path / "both.toml"
+    path.write_text(tiny_recipe().read_text() + '\n[mutation]\nuse = "none"\n')
+    with pytest.warns(FutureWarning), pytest.raises(RecipeError) as caught:
+        recipes.load(path, registries)
+    assert caught.value.lines == [f"{path}: mutation: a deprecated top-level table, and problem.mutation too: keep one"]
+
+
+def test_a_gan_recipe_without_a_mutation_gets_lipizzaners(registries: Registries) -> None:
+    data = recipes.read_toml(ROOT / "evogan" / "testing" / "tiny.toml")
+    assert data["problem"].pop("mutation") == {"use": "gaussian_lr"}
+    recipe = recipes.validate(data, registries)
+    assert recipe.choices["problem"].options.mutation == recipes.ComponentRef(use="gaussian_lr")  # type: ignore[attr-defined]

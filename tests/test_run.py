@@ -160,7 +160,7 @@ def test_every_loss_trains(tiny_recipe, loss: str) -> None:
 
 def test_sparse_run_keeps_masks_through_exchange_and_resume(tiny_recipe) -> None:
     sparsity = '{use="rigl", density_g=0.3, density_d=0.5, g_interval=2, total_steps=16}'
-    run_dir = run(tiny_recipe(generations=2), f"sparsity={sparsity}")
+    run_dir = run(tiny_recipe(generations=2), f"problem.sparsity={sparsity}")
     record = metrics(run_dir)[-1]
     assert abs(record["sparsity"]["density_g"] - 0.3) < 0.01 and 0 < record["sparsity"]["flops_ratio"] < 1
     run_in_process(prepare(None, resume_dir=run_dir, overrides=["run.generations=3"]))

@@ -107,7 +107,7 @@ class RecorderPlugin:
 def test_a_wgan_run_clips_after_every_critic_step_and_follows_the_schedule(tiny_recipe) -> None:
     Recorder.events.clear(), Recorder.bounds.clear(), Recorder.optimizers.clear()
     recipe = tiny_recipe(generations=4, rows=1, cols=1)
-    run_tiny(recipe, RecorderPlugin(), overrides=[*WGAN, 'sparsity.use="step_recorder"'])
+    run_tiny(recipe, RecorderPlugin(), overrides=[*WGAN, 'problem.sparsity.use="step_recorder"'])
     assert len(Recorder.bounds) == Recorder.events.count("D") == 24  # one critic step per batch
     assert max(Recorder.bounds) <= 0.01 and max(Recorder.bounds) > 0.005  # the bound is reached, and holds
     counts = [len(run) for run in "".join(Recorder.events).split("G")[:-1]]

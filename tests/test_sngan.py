@@ -196,9 +196,9 @@ def test_cifar10_sngan_recipe_runs_one_generation_on_a_tiny_folder(tmp_path: Pat
         "problem.picture_samples=4",
         "problem.network.ngf=8",
         "problem.network.ndf=8",
-        "sparsity.br_freq=1",
-        "sparsity.da_iters=2",
-        "sparsity.d_interval=2",
+        "problem.sparsity.br_freq=1",
+        "problem.sparsity.da_iters=2",
+        "problem.sparsity.d_interval=2",
     ]
     prepared = prepare(ROOT / "recipes" / "cifar10-sngan.toml", overrides=overrides, pm=pm)
     recipe = prepared.recipe.to_toml()

@@ -72,8 +72,8 @@ def assert_real_choices(run_dir: Path) -> None:
     "options",
     [
         (),  # selection on, population 1, the default pairing
-        ("population.selection=false", "population.size=2", 'pairing={use="g_neighbourhood"}'),
-        ('pairing={use="g_mixture"}', "problem.loss.use=mse", "problem.d_batch=separate"),
+        ("population.selection=false", "population.size=2", 'problem.pairing={use="g_neighbourhood"}'),
+        ('problem.pairing={use="g_mixture"}', "problem.loss.use=mse", "problem.d_batch=separate"),
         ("population.size=2", "problem.critic_steps=2", "problem.d_skip=1"),
         ('problem.loss={use="wasserstein"}', "problem.clip_weights=0.05", "problem.critic_steps=2"),  # Adam here
     ],
@@ -163,7 +163,10 @@ def test_what_cannot_be_stacked_is_looped_with_the_reason(tiny_recipe, monkeypat
     with registered(BatchNormPlugin()):
         registries = Registries.from_plugin_manager(make_plugin_manager())
         settings = build_settings(
-            load_recipe(path, registries, ['sparsity={use="unstackable"}']), registries, None, torch.device("cpu")
+            load_recipe(path, registries, ['problem.sparsity={use="unstackable"}']),
+            registries,
+            None,
+            torch.device("cpu"),
         )
     assert decide("auto", settings, torch.device("cpu"), 4) == (
         False,
@@ -175,7 +178,7 @@ def test_what_cannot_be_stacked_is_looped_with_the_reason(tiny_recipe, monkeypat
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        (('sparsity={use="unstackable"}',), "run.vectorize: true, but sparsity unstackable is not marked"),
+        (('problem.sparsity={use="unstackable"}',), "run.vectorize: true, but sparsity unstackable is not marked"),
         (("exchange.every_batches=2",), "run.vectorize: true, but exchange.every_batches: cells exchange inside"),
         (('problem.loss={use="mustangs"}',), "run.vectorize: true, but loss mustangs is not marked stackable"),
         (('problem.network={use="dropout_mlp"}',), "run.vectorize: true, but the generator networks use dropout"),
@@ -309,7 +312,7 @@ def assert_same_statistics(looped: Path, vectorised: Path, cells: int, generatio
         (),
         ("population.size=2",),  # two attackers update one opponent's statistics in turn
         ("population.selection=false", "population.size=2"),  # and neighbours' copies' statistics move
-        ("population.size=2", 'pairing={use="g_mixture"}', "problem.critic_steps=2"),
+        ("population.size=2", 'problem.pairing={use="g_mixture"}', "problem.critic_steps=2"),
     ],
     ids=["default", "pop2", "no-selection-pop2", "pop2-weighted-opponents-critic"],
 )
@@ -457,8 +460,8 @@ def assert_same_masks(looped: Path, vectorised: Path, generation: int, happened:
     [
         *((name, ()) for name in CONTROLLERS),
         ("adapt-relax", ("population.size=2",)),  # offspring share their incumbent's balance state
-        ("adapt-relax", ("population.selection=false", "population.size=2", 'pairing={use="g_neighbourhood"}')),
-        ("rigl-sema", ('pairing={use="g_mixture"}', "problem.d_skip=1")),  # weighted opponents, D every 2nd
+        ("adapt-relax", ("population.selection=false", "population.size=2", 'problem.pairing={use="g_neighbourhood"}')),
+        ("rigl-sema", ('problem.pairing={use="g_mixture"}', "problem.d_skip=1")),  # weighted opponents, D every 2nd
     ],
     ids=[*CONTROLLERS, "adapt-relax-pop2", "adapt-relax-no-selection-pop2", "rigl-sema-weighted-d-skip"],
 )
@@ -474,7 +477,7 @@ def check_sparse_stacked(tiny_recipe, controller: str, options: tuple[str, ...],
     # The plain tiny recipe: BR divides differences of nearly equal mean logits, and the varied recipe's
     # larger steps move it off 0, where that rounding shows beyond the relative tolerance.
     path = tiny_recipe(seed=4, generations=2)
-    options = (*device, f"sparsity={sparsity}", *options)
+    options = (*device, f"problem.sparsity={sparsity}", *options)
     looped, vectorised = run(path, LOOPED, *options), run(path, VECTORISED, *options)
     assert "training: vectorised over the 4 cells" in log(vectorised)
     left, right = metrics(looped), metrics(vectorised)
@@ -486,7 +489,7 @@ def check_sparse_stacked(tiny_recipe, controller: str, options: tuple[str, ...],
 
 def test_vectorised_sparse_runs_are_reproducible_and_resume_exactly(tiny_recipe) -> None:
     path = tiny_recipe(seed=3, generations=4, varied=True)
-    sparse = f"sparsity={CONTROLLERS['adapt-relax'][0][:-1]}, sema=0.9}}"
+    sparse = f"problem.sparsity={CONTROLLERS['adapt-relax'][0][:-1]}, sema=0.9}}"
     first, second = run(path, VECTORISED, sparse), run(path, VECTORISED, sparse)
     assert (first / "metrics.jsonl").read_bytes() == (second / "metrics.jsonl").read_bytes()
     interrupted = run(path, VECTORISED, sparse, "run.checkpoint_every=2", stop_after=3)
@@ -508,11 +511,11 @@ def test_batchnorm_discriminators_faced_by_several_sparse_generators_are_looped(
             shared = run(
                 path,
                 'problem.network={use="bn_mlp"}',
-                f"sparsity={CONTROLLERS['adapt-relax'][0]}",
+                f"problem.sparsity={CONTROLLERS['adapt-relax'][0]}",
                 "population.size=2",
                 stop_after=1,
             )
-        options = ('problem.network={use="bn_mlp"}', 'sparsity={use="static", density_g=0.3, density_d=0.5}')
+        options = ('problem.network={use="bn_mlp"}', 'problem.sparsity={use="static", density_g=0.3, density_d=0.5}')
         looped, vectorised = run(path, LOOPED, *options), run(path, VECTORISED, *options)
         still = (*options, "problem.learning_rate=1e-12")  # see the BatchNorm test above
         looped_still, vectorised_still = run(path, LOOPED, *still), run(path, VECTORISED, *still)
@@ -615,7 +618,7 @@ def test_each_worker_trains_its_block_of_cells_vectorised(tiny_recipe) -> None:
         assert "training: vectorised over the 2 cells of this process" in log(workers, cell)
     for a, b in zip(records(single), records(workers), strict=True):
         assert_close(a, b)
-    sparse = f"sparsity={CONTROLLERS['adapt-relax'][0]}"  # masks and balance state travel between workers
+    sparse = f"problem.sparsity={CONTROLLERS['adapt-relax'][0]}"  # masks and balance state travel between workers
     single, (workers, _) = run(path, VECTORISED, sparse), launched(path, VECTORISED, sparse)
     assert "training: vectorised over the 2 cells of this process" in log(workers, 3)
     for a, b in zip(records(single), records(workers), strict=True):
@@ -623,6 +626,6 @@ def test_each_worker_trains_its_block_of_cells_vectorised(tiny_recipe) -> None:
     with registered(BatchNormPlugin()):
         refused = CliRunner().invoke(
             cli,
-            ["run", str(path), "--set", VECTORISED, "--set", 'sparsity={use="unstackable"}', "--workers", "2"],
+            ["run", str(path), "--set", VECTORISED, "--set", 'problem.sparsity={use="unstackable"}', "--workers", "2"],
         )
     assert refused.exit_code == 2 and "run.vectorize: true, but sparsity unstackable" in refused.output

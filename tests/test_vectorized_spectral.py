@@ -107,7 +107,7 @@ def spectral_vectors(run_dir: Path, cells: int, generation: int) -> list[torch.T
     ]
 
 
-DEMO_PAIRING = ("population.selection=false", "population.size=2", 'pairing={use="g_neighbourhood"}')
+DEMO_PAIRING = ("population.selection=false", "population.size=2", 'problem.pairing={use="g_neighbourhood"}')
 STILL = "problem.learning_rate=1e-12"
 
 
@@ -118,7 +118,7 @@ STILL = "problem.learning_rate=1e-12"
         # the demo's pairing with two pairs per cell: several generators face one discriminator in a step,
         # the later ones from the vectors the earlier ones left
         DEMO_PAIRING,
-        ('pairing={use="g_mixture"}', "problem.d_skip=1"),  # weighted opponents, D every second batch
+        ('problem.pairing={use="g_mixture"}', "problem.d_skip=1"),  # weighted opponents, D every second batch
     ],
     ids=["default", "demo-pairing-pop2", "weighted-opponents"],
 )
@@ -186,7 +186,7 @@ def test_sparse_spectral_norm_cells_train_vectorised_as_looped(tiny_recipe, monk
     check_sparse_stacked(tiny_recipe, "adapt-relax", DEMO)
     path = tiny_recipe(seed=4, generations=2)
     monkeypatch.setattr("evogan.recipe.AUTO_VECTORIZES_ON", frozenset({"cpu"}))  # auto as it will decide on CUDA
-    shared = run(path, *DEMO, f"sparsity={CONTROLLERS['adapt-relax'][0]}", "population.size=2", stop_after=1)
+    shared = run(path, *DEMO, f"problem.sparsity={CONTROLLERS['adapt-relax'][0]}", "population.size=2", stop_after=1)
     assert "training: looped (sparse cells with several generators facing one spectral-norm discriminator" in log(
         shared
     )

@@ -32,8 +32,8 @@ from evogan.transport import envelope, zmq_io
 CASES = 1500  # per base message: 4,500 in all, a few seconds
 BASES = {
     "dense": ("exchange.optimizer_state=false",),
-    "sparse": ("exchange.optimizer_state=false", f"sparsity={ADAPT}"),
-    "optimizer-state": ("exchange.optimizer_state=true", f"sparsity={ADAPT}"),
+    "sparse": ("exchange.optimizer_state=false", f"problem.sparsity={ADAPT}"),
+    "optimizer-state": ("exchange.optimizer_state=true", f"problem.sparsity={ADAPT}"),
 }
 
 

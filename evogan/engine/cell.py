@@ -19,9 +19,7 @@ import torch
 from deap import tools
 
 from evogan.api import (
-    Mutation,
     Opponents,
-    Pairing,
     Problem,
     Role,
     Selection,
@@ -46,11 +44,14 @@ class CellSettings:
     recipe: Recipe
     problem: Problem
     selection: Selection
-    mutation: Mutation
-    sparsity: SparsityController | None
-    pairing: Pairing
     run_id: str
     max_message_bytes: int = 1 << 30
+
+    @property
+    def sparsity(self) -> SparsityController | None:
+        """The problem's sparsity controller, if it has one (an adversarial problem's ``[problem.sparsity]``)."""
+        sparsity = getattr(self.problem, "sparsity", None)
+        return sparsity if isinstance(sparsity, SparsityController) else None
 
     @property
     def seed(self) -> int:
@@ -382,9 +383,6 @@ class Cell:
             opponents=opponents,
             incumbents=incumbents,
             rnd=rnd,
-            mutation=settings.mutation,
-            pairing=settings.pairing,
-            sparsity=settings.sparsity,
             exchange_every=settings.recipe.exchange.every_batches,
         )
         self._training = members

@@ -19,14 +19,10 @@ import torch
 
 from evogan import precision
 from evogan.api import (
-    ROLES,
-    Mutation,
-    Pairing,
     Problem,
     ProblemContext,
     Role,
     Selection,
-    SparsityController,
     Topology,
     Transport,
     Variation,
@@ -107,24 +103,11 @@ def build_settings(
     problem.setup()
     if scoring:
         problem.prepare_scoring()
-    sparsity: SparsityController | None = None
-    if "sparsity" in choices:
-        if problem.roles != ROLES:  # masks and the balance ratio speak of a generator and a discriminator
-            raise UserError(f"{recipe.path}: sparsity: problem {problem.name} has no {' and '.join(ROLES)}")
-        sparsity = choices["sparsity"].create(SparsityController)
-        conflict = sparsity.conflict(problem)
-        if conflict:
-            raise UserError(f"{recipe.path}: {conflict}")
-    if "pairing" not in choices:  # no [pairing] table and no registered default (its plugin blocked)
-        raise UserError(f"{recipe.path}: pairing: required table is missing (no default pairing registered)")
     return CellSettings(
         recipe=recipe,
         problem=problem,
         selection=choices["selection"].create(Selection),
-        mutation=choices["mutation"].create(Mutation),
-        sparsity=sparsity,
         run_id=run_dir.run_id if run_dir else "run",
-        pairing=choices["pairing"].create(Pairing),
     )
 
 

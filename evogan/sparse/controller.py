@@ -242,7 +242,7 @@ class MaskedController(SparsityController[StaticOptions]):
         if getattr(problem, "generator_candidates", 1) > 1:  # masks, ledger and RigL's gradients follow one step
             return f"problem.egan: sparsity {self.name} masks one generator per step; E-GAN trains several children"
         if self.opts.sema and getattr(problem, "generator_decay", 0):  # one moving average per generator
-            return "problem.g_ema: sparsity.sema already averages the generator (with its masks)"
+            return "problem.g_ema: problem.sparsity.sema already averages the generator (with its masks)"
         return ""
 
     def evaluation_network(self, individual: Individual) -> nn.Module:

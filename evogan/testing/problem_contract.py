@@ -6,11 +6,11 @@ import copy
 import math
 from collections.abc import Mapping
 from functools import partial
-from typing import Any, cast
+from typing import Any
 
 import torch
 
-from evogan.api import Mutation, Opponents, Pairing, Problem, ProblemContext, Role, Variation
+from evogan.api import Opponents, Problem, ProblemContext, Role, Variation
 from evogan.individual import Individual
 from evogan.plugins import make_plugin_manager
 from evogan.recipe import build_nested
@@ -38,13 +38,7 @@ def _population(problem: Problem[Any], role: Role, size: int, seed: int) -> list
     return made
 
 
-def _default(registries: Registries, kind: str) -> type[Any]:
-    """The kind's default component (a recipe without its table gets it), else the first registered."""
-    registry = registries[kind]
-    return registry.default() or next(iter(registry)).component
-
-
-def _job(problem: Problem[Any], registries: Registries, seed: int, size: int) -> Variation:
+def _job(problem: Problem[Any], seed: int, size: int) -> Variation:
     first, second = problem.roles
     members = {role: _population(problem, role, size, seed + n) for n, role in enumerate(problem.roles)}
     pool = {
@@ -55,8 +49,6 @@ def _job(problem: Problem[Any], registries: Registries, seed: int, size: int) ->
         first: Opponents(own=members[second], neighbourhood=pool[second], weights=uniform[second]),
         second: Opponents(own=members[first], neighbourhood=pool[first], weights=uniform[first]),
     }
-    mutation = cast("type[Mutation[Any]]", _default(registries, "mutation"))
-    pairing = cast("type[Pairing[Any]]", _default(registries, "pairing"))
     return Variation(
         cell_index=0,
         generation=1,
@@ -65,9 +57,6 @@ def _job(problem: Problem[Any], registries: Registries, seed: int, size: int) ->
         opponents=opponents,
         incumbents={},
         rnd=CellRandom.for_generation(seed, 0, 1),
-        mutation=mutation(mutation.Options()),
-        pairing=pairing(pairing.Options()),
-        sparsity=None,
     )
 
 
@@ -106,7 +95,7 @@ def check_problem(
         assert layout == {k: (v.dtype, v.shape) for k, v in _state(other).items()}, (
             f"{component.name}: create({role!r}) gives other tensor names, shapes or dtypes per seed"
         )
-    job, again = _job(problem, registries, seed, size), _job(problem, registries, seed, size)
+    job, again = _job(problem, seed, size), _job(problem, seed, size)
     with _no_global_random(component.name):
         first, second = ([ind.network for ind in job.pool[role]] for role in roles)
         data = problem.fitness_batch(generator=torch.Generator().manual_seed(seed), cell=0)

@@ -68,6 +68,21 @@ class GanOptions(ComponentOptions):
         "augment", "none", "augmentation of every D input in training ([problem.augment]; diffaugment, ada)"
     )
     metric: ComponentRef = component_field("metric", "modes", "sample-quality metric; drives the mixture ES")
+    pairing: ComponentRef = component_field(
+        "pairing", "reference", "whom each training step faces ([problem.pairing]; was [pairing])"
+    )
+    mutation: ComponentRef = component_field(
+        "mutation",
+        "gaussian_lr",
+        "each attacker's hyper-parameter mutation before each of its training steps ([problem.mutation]; was "
+        "[mutation], which 0.2 required); default: Lipizzaner's",
+    )
+    sparsity: ComponentRef | None = Field(
+        None,
+        description="a sparsity controller: masks, pruning and regrowth ([problem.sparsity]; was [sparsity]); "
+        "none: dense networks",
+        json_schema_extra={"evogan_kind": "sparsity"},
+    )
     batch_size: int = Field(100, ge=1, description="samples per training batch")
     batches_per_generation: int = Field(
         0, ge=0, description="training batches per generation (0: one full pass over the data)"
@@ -190,6 +205,7 @@ class GanProblem(AdversarialProblem[GanOptions]):
 
     # -------------------------------------------------------------------------------- setup
     def setup(self) -> None:
+        super().setup()
         self.data = self.dataset.load(self.device)
         if len(self.data) < self.options.batch_size:
             raise UserError(

@@ -38,9 +38,6 @@ size = 2
 use = "tournament"
 size = 2
 
-[mutation]
-use = "none"
-
 [problem]
 use = "sortnet"
 inputs = 8
@@ -128,10 +125,11 @@ def test_the_shipped_recipe_runs_a_generation(tmp_path: Path) -> None:
 
 def test_sparsity_on_a_problem_without_generator_and_discriminator_is_a_one_line_error(tmp_path: Path) -> None:
     recipe = write_recipe(tmp_path)
-    result = invoke("run", str(recipe), "--set", 'sparsity={use="static"}', "--output-dir", str(tmp_path / "out"))
+    sparse = 'problem.sparsity={use="static"}'
+    result = invoke("run", str(recipe), "--set", sparse, "--output-dir", str(tmp_path / "out"))
     assert result.exit_code != 0
     assert result.output.strip().splitlines() == [
-        f"error: {recipe}: sparsity: problem sortnet has no generator and discriminator"
+        f"error: {recipe}: problem.sparsity: unknown key"
     ]
     assert not list((tmp_path / "out").glob("*"))  # no run directory, no checkpoint
 
@@ -144,3 +142,25 @@ def test_sample_and_export_say_in_one_line_that_networks_have_no_pictures(tmp_pa
     assert drawn.output.strip() == expected
     exported = invoke("export", str(run_dir), "-o", str(tmp_path / "x.pt2"))
     assert exported.exit_code != 0 and "cannot be exported" in exported.output
+
+
+def test_a_0_2_recipe_with_mutation_none_loads_with_one_warning_and_drops_it(tmp_path: Path) -> None:
+    """0.2 made every recipe name a mutation (the sortnet recipe wrote ``use = "none"``) and gave it a
+    pairing it never used; 0.3 reads such a recipe, says once per table that it is ignored, and drops it."""
+    from evogan import recipe as recipes
+    from evogan.plugins import make_plugin_manager
+    from evogan.registry import Registries
+
+    registries = Registries.from_plugin_manager(make_plugin_manager())
+    path = write_recipe(tmp_path)
+    now = recipes.load(path, registries)
+    old = tmp_path / "sortnet-0-2.toml"
+    old.write_text(path.read_text() + '\n[mutation]\nuse = "none"\n\n[pairing]\nuse = "own_pair"\n')
+    with pytest.warns(FutureWarning) as caught:
+        then = recipes.load(old, registries)
+    assert sorted(str(w.message).split(":")[0] for w in caught) == [
+        "[mutation] is deprecated since evogan 0.3.0 and ignored",
+        "[pairing] is deprecated since evogan 0.3.0 and ignored",
+    ]
+    assert "problem sortnet has no pairing" in str(caught[0].message)
+    assert then.data == now.data and then.choices == now.choices

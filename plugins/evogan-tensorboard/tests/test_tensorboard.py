@@ -86,7 +86,7 @@ def test_a_failed_write_stops_the_run_with_one_line_naming_the_event_file(tmp_pa
 
 def test_one_process_logs_every_cell_generation_samples_and_sparsity(tmp_path: Path) -> None:
     recipe = write_tiny_recipe(
-        tmp_path, generations=GENERATIONS, overrides=["run.samples_every=2", f"sparsity={ADAPT}"]
+        tmp_path, generations=GENERATIONS, overrides=["run.samples_every=2", f"problem.sparsity={ADAPT}"]
     )
     prepared = prepare(recipe, pm=make_plugin_manager())
     assert prepared.pm.get_plugin("evogan_tensorboard") or prepared.pm.get_plugin("tensorboard")
