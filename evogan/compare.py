@@ -263,7 +263,10 @@ def print_table(result: Mapping[str, Any]) -> None:
         table.add_row(
             row["config"], at, seeds, figure(row, "test"), figure(row, "validation"), figure(row, cell_key), *compared
         )
-    Console(soft_wrap=True).print(table)
+    console = Console()
+    if not console.is_terminal:  # a pipe or a file: whole rows, not an 80-column guess
+        console = Console(width=240)
+    console.print(table)
 
 
 def plot(result: Mapping[str, Any], path: Path) -> None:
