@@ -329,7 +329,14 @@ def plan(
 
 
 # ------------------------------------------------------------------------------------------ command
-@click.command()
+class _SweepCommand(click.Command):
+    """Usage without the unnamed argument that collects the rest of ``--seeds 1 2 3``."""
+
+    def collect_usage_pieces(self, ctx: click.Context) -> list[str]:
+        return [piece for piece in super().collect_usage_pieces(ctx) if piece.strip()]
+
+
+@click.command(cls=_SweepCommand)
 @click.argument("recipe", type=click.Path(path_type=Path))
 @click.argument("more_seeds", nargs=-1, type=int, metavar="")
 @click.option(
