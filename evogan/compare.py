@@ -183,6 +183,7 @@ def summarise(
         row_out: dict[str, Any] = {
             "config": name,
             "vary": groups[name][0].get("vary", {}),
+            "recipe_digests": sorted({str(r.get("recipe_digest")) for r in groups[name]}),
             kind: at,
             "seeds": [seed for seed, _ in entries],
             "test": spread(test),
@@ -239,6 +240,7 @@ def figure(summary: Mapping[str, Any], key: str) -> str:
 
 def print_table(result: Mapping[str, Any]) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     direction = "lower" if result["lower_is_better"] else "higher"
@@ -246,7 +248,7 @@ def print_table(result: Mapping[str, Any]) -> None:
         f"{result['metric']} ({direction} is better), mean ± sd over seeds; the mixture chosen on validation, "
         f"reported on test; baseline: {result['baseline']}"
     )
-    table = Table(title=title, box=None, header_style="bold")
+    table = Table(title=escape(title), box=None, header_style="bold")
     cell_key = next(k for k in result["rows"][0] if k.startswith("mean_cell_"))
     for column in ("configuration", "at", "seeds", "test", "validation", cell_key.replace("_", " ")):
         table.add_column(column, justify="left" if column == "configuration" else "right")
@@ -260,13 +262,14 @@ def print_table(result: Mapping[str, Any]) -> None:
             "-" if math.isnan(row["p"]) else f"{row['p']:.3g}",
         ] if "difference" in row else ["-", "-", "-"]
         seeds = " ".join(map(str, row["seeds"]))
-        table.add_row(
-            row["config"], at, seeds, figure(row, "test"), figure(row, "validation"), figure(row, cell_key), *compared
-        )
+        figures = [figure(row, "test"), figure(row, "validation"), figure(row, cell_key)]
+        table.add_row(escape(row["config"]), at, seeds, *figures, *compared)
     console = Console()
     if not console.is_terminal:  # a pipe or a file: whole rows, not an 80-column guess
         console = Console(width=240)
     console.print(table)
+    for name in dict.fromkeys(row["config"] for row in result["rows"] if len(row["recipe_digests"]) > 1):
+        console.print(f"note: {escape(name)}: its runs resolved to different recipes (the file changed between them)")
 
 
 def plot(result: Mapping[str, Any], path: Path) -> None:
