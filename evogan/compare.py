@@ -183,7 +183,6 @@ def summarise(
         row_out: dict[str, Any] = {
             "config": name,
             "vary": groups[name][0].get("vary", {}),
-            "recipe_digests": sorted({str(r.get("recipe_digest")) for r in groups[name]}),
             kind: at,
             "seeds": [seed for seed, _ in entries],
             "test": spread(test),
@@ -248,7 +247,7 @@ def print_table(result: Mapping[str, Any]) -> None:
         f"{result['metric']} ({direction} is better), mean ± sd over seeds; the mixture chosen on validation, "
         f"reported on test; baseline: {result['baseline']}"
     )
-    table = Table(title=escape(title), box=None, header_style="bold")
+    table = Table(title=escape(title), title_justify="left", box=None, header_style="bold")
     cell_key = next(k for k in result["rows"][0] if k.startswith("mean_cell_"))
     for column in ("configuration", "at", "seeds", "test", "validation", cell_key.replace("_", " ")):
         table.add_column(column, justify="left" if column == "configuration" else "right")
@@ -268,8 +267,6 @@ def print_table(result: Mapping[str, Any]) -> None:
     if not console.is_terminal:  # a pipe or a file: whole rows, not an 80-column guess
         console = Console(width=240)
     console.print(table)
-    for name in dict.fromkeys(row["config"] for row in result["rows"] if len(row["recipe_digests"]) > 1):
-        console.print(f"note: {escape(name)}: its runs resolved to different recipes (the file changed between them)")
 
 
 def plot(result: Mapping[str, Any], path: Path) -> None:

@@ -13,6 +13,7 @@ generations, ``--set``) is already in the log is skipped, so a stopped sweep res
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import json
 import os
@@ -282,6 +283,7 @@ def along_row(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+@functools.cache
 def metric_of(name: Any) -> dict[str, Any] | None:
     """The metric's name, its primary figure and direction (None when the plugin cannot be found)."""
     if not isinstance(name, str):
@@ -417,7 +419,8 @@ def sweep(
     console = Console(stderr=True, highlight=False, soft_wrap=True)
     if skipped := len(planned) - len(pending):
         console.print(f"{skipped} of {len(planned)} runs already in {log}: skipped")
-    threads = max(1, (os.cpu_count() or 1) // jobs)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    threads = max(1, cores // jobs)
     runner = Sweep(jobs=jobs, threads=threads, sets=sets, generations=generations, along=along)
     failed: list[Outcome] = []
     stopped = 0
