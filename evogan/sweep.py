@@ -212,25 +212,27 @@ class Sweep:
         errors = job.run_dir.parent / f".{job.run_dir.name}.stderr"
         code, wall, cpu, _ = self._child(command, errors)
         if code == STOPPED or self.stopping:
+            errors.unlink(missing_ok=True)
             return Outcome(job, "stopped")
-        if code != 0:
-            return Outcome(job, "failed", f"exit {code}: {last_line(errors)}")
+        if code != 0:  # the whole stderr stays beside the run directories
+            return Outcome(job, "failed", f"exit {code}: {last_line(errors)} (all of it: {errors})")
         summary_path = job.run_dir / "summary.json"
         try:
             summary = json.loads(summary_path.read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError) as exc:
             return Outcome(job, "failed", f"{summary_path}: cannot read ({type(exc).__name__})")
+        errors.unlink(missing_ok=True)
         if summary.get("interrupted"):
             return Outcome(job, "stopped")
-        errors.unlink(missing_ok=True)
         record = self._record(job, summary, wall, cpu, load_before)
         if self.along:
             evaluate = [sys.executable, "-m", "evogan", "evaluate", str(job.run_dir), "--along", "--json"]
             code, scoring_wall, scoring_cpu, output = self._child(evaluate, errors)
             if code == STOPPED or self.stopping:
+                errors.unlink(missing_ok=True)
                 return Outcome(job, "stopped")
             if code != 0:
-                return Outcome(job, "failed", f"scoring along: exit {code}: {last_line(errors)}")
+                return Outcome(job, "failed", f"scoring along: exit {code}: {last_line(errors)} (all of it: {errors})")
             errors.unlink(missing_ok=True)
             rows = json.loads(output.decode())["along"]
             record["along"] = [along_row(row) for row in rows]

@@ -106,3 +106,27 @@ def test_bad_sweep_arguments_are_one_line_errors(tmp_path: Path) -> None:
     assert twice.exit_code == 2 and "a seed is given twice" in twice.output
     vary = invoke("sweep", str(recipe), "--seeds", "1", "--vary", "size")
     assert vary.exit_code == 2 and "expected KEY=V1,V2" in vary.output
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_launching_and_keeps_the_log_whole(tiny_recipe, tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    recipe, log = tiny_recipe(generations=40), tmp_path / "sweep.jsonl"
+    runs = tmp_path / "sweep-runs"
+    command = [sys.executable, "-m", "evogan", "sweep", str(recipe), "--seeds", "1", "2", "--log", str(log)]
+    command += ["--output-dir", str(runs), "--jobs", "1"]
+    sweep = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=os.environ.copy())
+    deadline = time.monotonic() + 60
+    while not any(runs.glob("*/checkpoints/*")) and time.monotonic() < deadline:  # the first run is training
+        time.sleep(0.2)
+    sweep.send_signal(signal.SIGINT)
+    output, _ = sweep.communicate(timeout=120)
+    assert sweep.returncode == 130, output
+    assert "0 runs logged" in output.decode() and "2 stopped" in output.decode()
+    assert not log.exists() or log.read_text(encoding="utf-8") == ""
+    assert len(list(runs.iterdir())) == 1  # the second run never started
