@@ -225,6 +225,11 @@ class Sweep:
         if summary.get("interrupted"):
             return Outcome(job, "stopped")
         record = self._record(job, summary, wall, cpu, load_before)
+        costs = self._costs(job, errors)
+        generations = int(record["generations"] or 0)
+        if 0 < generations <= len(costs.get("flops", [])):
+            record["training_flops"] = costs["flops"][generations - 1]
+            record["steps"] = int(costs["steps"][generations - 1])
         if self.along:
             evaluate = [sys.executable, "-m", "evogan", "evaluate", str(job.run_dir), "--along", "--json"]
             code, scoring_wall, scoring_cpu, output = self._child(evaluate, errors)
@@ -235,9 +240,22 @@ class Sweep:
                 return Outcome(job, "failed", f"scoring along: exit {code}: {last_line(errors)} (all of it: {errors})")
             errors.unlink(missing_ok=True)
             rows = json.loads(output.decode())["along"]
-            record["along"] = [along_row(row) for row in rows]
+            record["along"] = [along_row(row, costs.get("flops", [])) for row in rows]
             record["along_wall_s"], record["along_cpu_s"] = scoring_wall, scoring_cpu
         return Outcome(job, "done", record=record)
+
+    def _costs(self, job: Job, errors: Path) -> dict[str, list[float]]:
+        """The run's cumulative training FLOPs and generator steps per generation (:mod:`evogan.cost`, in a
+        process of its own); empty when the problem has no such count or it fails."""
+        code, _, _, output = self._child([sys.executable, "-m", "evogan.cost", str(job.run_dir)], errors)
+        errors.unlink(missing_ok=True)
+        if code != 0:
+            return {}
+        with contextlib.suppress(json.JSONDecodeError, AttributeError):
+            costs = json.loads(output.decode())
+            if isinstance(costs, dict):
+                return costs
+        return {}
 
     def _record(
         self, job: Job, summary: dict[str, Any], wall: float, cpu: float, load_before: tuple[float, ...]
@@ -274,9 +292,12 @@ class Sweep:
         }
 
 
-def along_row(row: dict[str, Any]) -> dict[str, Any]:
-    """An ``evogan evaluate --along --json`` row in a sweep line's shape."""
+def along_row(row: dict[str, Any], flops: Sequence[float] = ()) -> dict[str, Any]:
+    """An ``evogan evaluate --along --json`` row in a sweep line's shape (``flops``: cumulative training
+    FLOPs per generation, when known)."""
     out = {"generation": row["generation"], **({"steps": row["steps"]} if "steps" in row else {})}
+    if 0 < row["generation"] <= len(flops):
+        out["training_flops"] = flops[row["generation"] - 1]
     return out | {
         "test": row["best_mixture"],
         "validation": row["best_mixture_validation"],

@@ -75,6 +75,7 @@ def test_sweep_logs_a_line_per_run_resumes_and_reports_a_failing_variation(tiny_
     assert record["metric"] == {"name": "modes", "primary": "tvd", "lower_is_better": True}
     assert record["wall_s"] > 0 and record["cpu_s"] > 0 and len(record["machine"]["load"]) == 3
     assert record["evogan"] and record["threads"] >= 1
+    assert record["steps"] == 4 and record["training_flops"] > 0  # 4 batches, each a G step (evogan.cost)
     run_dir = Path(record["run_dir"])
     assert run_dir.parent == tmp_path / "sweep-runs" and (run_dir / "summary.json").exists()
 
@@ -92,6 +93,8 @@ def test_sweep_along_scores_every_kept_checkpoint(tiny_recipe, tmp_path: Path) -
     assert record["config"] == "recipe"
     assert [(row["generation"], row["steps"]) for row in record["along"]] == [(1, 4), (2, 8)]  # 4 batches each
     assert record["along"][-1]["test"] == record["test"]  # the last kept checkpoint is the run's end
+    first, last = record["along"]
+    assert last["training_flops"] == record["training_flops"] == pytest.approx(2 * first["training_flops"])
     compared = invoke("compare", str(tmp_path / "sweep.jsonl"), "--json")
     assert compared.exit_code == 0, compared.output
     assert [row["steps"] for row in json.loads(compared.stdout)["rows"]] == [4, 8]
