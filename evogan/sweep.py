@@ -200,6 +200,13 @@ class Sweep:
         return code, time.perf_counter() - started, usage.ru_utime + usage.ru_stime, output
 
     def run(self, job: Job) -> Outcome:
+        """Run ``job`` to its outcome; whatever goes wrong here fails this run alone."""
+        try:
+            return self._run(job)
+        except Exception as exc:  # e.g. an unreadable scoring output, a full disk: named, the others go on
+            return Outcome(job, "failed", f"{type(exc).__name__}: {exc}")
+
+    def _run(self, job: Job) -> Outcome:
         if self.stopping:
             return Outcome(job, "stopped")
         command = [sys.executable, "-m", "evogan", "run", str(job.recipe), "--quiet", "--seed", str(job.seed)]
