@@ -146,3 +146,29 @@ def test_bad_input_is_one_line_and_a_non_zero_exit(tmp_path: Path, content, args
     assert result.exit_code == 2
     assert message in result.output
     assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def test_compare_reads_two_files_as_one_and_imports_no_torch(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    lines = write_log(tmp_path / "all.jsonl").read_text(encoding="utf-8").splitlines()
+    (tmp_path / "a.jsonl").write_text("\n".join(lines[:4]), encoding="utf-8")
+    (tmp_path / "b.jsonl").write_text("\n".join(lines[4:]), encoding="utf-8")
+    script = (
+        "import json, sys\n"
+        "from evogan.cli import main\n"
+        "sys.argv = ['evogan', 'compare', *sys.argv[1:], '--json']\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print(json.dumps('torch' in sys.modules), file=sys.stderr)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    split = json.loads(done.stdout)
+    whole = json.loads(invoke("compare", str(tmp_path / "all.jsonl"), "--json").stdout)
+    assert split == whole and split["rows"][1]["seeds"] == [1, 2, 3]
+    assert done.stderr.strip().splitlines()[-1] == "false"  # tables from logs need no torch
