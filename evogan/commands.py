@@ -1,6 +1,7 @@
 """The commands beside ``run``: ``evaluate``, ``sample`` and ``export`` score, draw from and export a
 finished (or stopped) run, loaded as :func:`evogan.load` loads it; ``optimize`` tunes its mixture weights
-after training; ``keys generate`` writes the ZeroMQ transport's CURVE certificates. torch is imported when
+after training; ``keys generate`` writes the ZeroMQ transport's CURVE certificates; ``sweep`` and ``compare``
+live in :mod:`evogan.sweep` and :mod:`evogan.compare`. torch is imported when
 a command runs, not when the CLI starts."""
 
 from __future__ import annotations
