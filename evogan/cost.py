@@ -1,6 +1,6 @@
 """Training FLOPs of a GAN run, from its recipe alone: the sparse ledger's cost model
 (:mod:`evogan.sparse.flops`) applied to the steps the problem's schedule trains, as the grid benchmarks
-count them (``benchmarks/_controls.py``, whose functions these are). Per sample, a generator step costs
+count them (``benchmarks/_controls.py`` imports them from here). Per sample, a generator step costs
 ``3 f_G + 2 k f_D`` (``k`` the discriminators it faces, asked of the pairing), a discriminator step
 ``6 f_D + f_G``; times the batch size, the population and the steps. E-GAN's children and their fitness are
 counted; the engine's fitness, scoring and the mixture ES are not training and are not.
@@ -37,7 +37,9 @@ def egan_step_cost(egan: Any, f_g: float, f_d: float, batch: int) -> float:
     return cost
 
 
-def discriminators_faced(pairing: Any, recipe: Recipe, neighbours: Sequence[int], cell: int, progress: float) -> int:
+def discriminators_faced(
+    pairing: Any, recipe: Recipe, neighbours: Sequence[int], cell: int, progress: float = 0.0
+) -> int:
     """How many discriminators one generator step of ``cell`` runs, asked of the pairing itself."""
     import numpy as np
 
