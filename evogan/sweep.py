@@ -361,6 +361,16 @@ def plan(
 
 
 # ------------------------------------------------------------------------------------------ command
+def positionals(recipe: str, rest: Sequence[str], seeds: Sequence[int]) -> tuple[Path, tuple[int, ...]]:
+    """The recipe and every seed from the command line: a click option takes one value, so the rest of
+    ``--seeds 1 2 3`` arrives as positional arguments, before or after RECIPE."""
+    words = [recipe, *rest]
+    paths = [word for word in words if not word.lstrip("-").isdigit()]
+    if len(paths) != 1:
+        raise UserError(f"expected one RECIPE and integer seeds; got {' '.join(words)}")
+    return Path(paths[0]), (*seeds, *(int(word) for word in words if word.lstrip("-").isdigit()))
+
+
 class _SweepCommand(click.Command):
     """Usage without the unnamed argument that collects the rest of ``--seeds 1 2 3``."""
 
@@ -369,8 +379,8 @@ class _SweepCommand(click.Command):
 
 
 @click.command(cls=_SweepCommand)
-@click.argument("recipe", type=click.Path(path_type=Path))
-@click.argument("more_seeds", nargs=-1, type=int, metavar="")
+@click.argument("recipe")
+@click.argument("more_seeds", nargs=-1, metavar="")
 @click.option(
     "--seeds",
     type=int,
@@ -419,8 +429,8 @@ class _SweepCommand(click.Command):
 )
 @handle_errors
 def sweep(
-    recipe: Path,
-    more_seeds: tuple[int, ...],
+    recipe: str,
+    more_seeds: tuple[str, ...],
     seeds: tuple[int, ...],
     vary: tuple[str, ...],
     sets: tuple[str, ...],
@@ -437,13 +447,13 @@ def sweep(
     from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    seeds = (*seeds, *more_seeds)  # click options take one value each: the rest of --seeds 1 2 3 lands here
-    if not recipe.is_file():
-        raise UserError(f"{recipe}: recipe not found")
+    path, seeds = positionals(recipe, more_seeds, seeds)
+    if not path.is_file():
+        raise UserError(f"{path}: recipe not found")
     if len(set(seeds)) != len(seeds):
         raise UserError(f"--seeds {' '.join(map(str, seeds))}: a seed is given twice")
     variations = parse_variations(vary)
-    planned = plan(recipe, seeds, variations, generations, sets, output_dir)
+    planned = plan(path, seeds, variations, generations, sets, output_dir)
     done = read_keys(log)
     pending = [job for job in planned if job.key not in done]
     console = Console(stderr=True, highlight=False, soft_wrap=True)

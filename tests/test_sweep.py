@@ -109,6 +109,10 @@ def test_bad_sweep_arguments_are_one_line_errors(tmp_path: Path) -> None:
     assert twice.exit_code == 2 and "a seed is given twice" in twice.output
     vary = invoke("sweep", str(recipe), "--seeds", "1", "--vary", "size")
     assert vary.exit_code == 2 and "expected KEY=V1,V2" in vary.output
+    before = invoke("sweep", "--seeds", "1", "2", str(tmp_path / "none.toml"))  # seeds first: still one recipe
+    assert before.exit_code == 2 and f"{tmp_path / 'none.toml'}: recipe not found" in before.output
+    two = invoke("sweep", str(recipe), "other.toml", "--seeds", "1")
+    assert two.exit_code == 2 and "expected one RECIPE and integer seeds" in two.output
 
 
 @pytest.mark.slow
