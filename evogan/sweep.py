@@ -461,6 +461,10 @@ def sweep(
         console.print(f"{skipped} of {len(planned)} runs already in {log}: skipped")
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     threads = max(1, cores // jobs)
+    for setting in sets:  # the user's run.threads wins (it comes later on each run's command line)
+        key, _, value = setting.replace(" ", "").partition("=")
+        if key == "run.threads" and value.isdigit():
+            threads = int(value)
     runner = Sweep(jobs=jobs, threads=threads, sets=sets, generations=generations, along=along)
     failed: list[Outcome] = []
     stopped = 0
