@@ -14,15 +14,15 @@ each grid of more than one cell):
 Configurations that make the same recipe (its digest and length) run once; the run's log line names all
 of them.
 
-Training FLOPs (:func:`training_flops`) use the sparse ledger's cost model (``evogan.sparse.flops``): per
-sample, a generator step costs ``3 f_G + 2 k f_D`` (G forward and backward, and each of the ``k``
-discriminators it faces forward plus the input-gradient half of a backward: ``g_mixture`` faces every
-discriminator of the neighbourhood, the other built-in pairings one), a discriminator step ``6 f_D + f_G``
-(real and fake batches, the fakes drawn without gradients); times the batch size, the population and the
-steps the problem's schedule trains. E-GAN (``problem.egan``) makes a generator step one plain step per
-child plus each child's fitness (:func:`egan_step_cost`). The engine's fitness, scoring and the mixture ES
-are not training and are not counted. ``lone-flops-RxC`` gets the number of generations whose training FLOPs
-come nearest the grid's.
+Training FLOPs (:func:`training_flops`, on :mod:`evogan.cost`) use the sparse ledger's cost model
+(``evogan.sparse.flops``): per sample, a generator step costs ``3 f_G + 2 k f_D`` (G forward and backward, and
+each of the ``k`` discriminators it faces forward plus the input-gradient half of a backward: ``g_mixture``
+faces every discriminator of the neighbourhood, the other built-in pairings one), a discriminator step
+``6 f_D + f_G`` (real and fake batches, the fakes drawn without gradients); times the batch size, the
+population and the steps the problem's schedule trains. E-GAN (``problem.egan``) makes a generator step one
+plain step per child plus each child's fitness (:func:`egan_step_cost`). The engine's fitness, scoring and the
+mixture ES are not training and are not counted. ``lone-flops-RxC`` gets the number of generations whose
+training FLOPs come nearest the grid's.
 
 Every run appends one JSON line to ``benchmarks/logs/<script>/<commit>.jsonl`` (``-dirty`` when tracked
 files differed from the commit): the recipe and every override, seed, commit, the validation and test
@@ -40,13 +40,11 @@ import math
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import torch
 from _common import (
     LOGS,
     ROOT,
@@ -61,11 +59,13 @@ from _common import (
 )
 
 from evogan import recipe as recipes
-from evogan.api import Opponents
-from evogan.engine.run import build_settings, build_topology
+from evogan.cost import (  # the scripts and tests reach the cost model here too
+    cost_per_generation,
+    discriminators_faced,  # noqa: F401
+    egan_step_cost,  # noqa: F401
+)
 from evogan.plugins import make_plugin_manager
 from evogan.registry import Registries
-from evogan.sparse.flops import count_forward_flops, discriminator_step_cost, generator_step_cost
 
 BUILTIN = "evogan.builtin."  # the plugin name of every built-in component's module
 
@@ -174,66 +174,6 @@ def load(script: Script, registries: Registries, overrides: Sequence[str]) -> re
 
 
 # ------------------------------------------------------------------------------------------ FLOPs
-def cost_per_generation(recipe: recipes.Recipe, registries: Registries) -> Iterator[tuple[float, int]]:
-    """Training FLOPs and generator steps per cell of each generation 1, 2, ... of ``recipe`` (the whole
-    grid's FLOPs, one cell's steps)."""
-    settings = build_settings(recipe, registries, None, torch.device("cpu"), scoring=False)
-    problem: Any = settings.problem  # the GAN problem: its networks, noise and data
-    draw = torch.Generator().manual_seed(0)
-    f_g = count_forward_flops(problem.create("generator", generator=draw), problem.noise(1, draw), {}).forward()
-    real = problem.source.sample(1, generator=draw)
-    f_d = count_forward_flops(problem.create("discriminator", generator=draw), real, {}).forward()
-    topology = build_topology(recipe)
-    size, batch = recipe.population.size, problem.options.batch_size
-    generation = 0
-    while True:
-        generation += 1
-        progress = (generation - 1) / max(1, recipe.run.generations)  # a pairing's schedule follows it
-        faced = [
-            discriminators_faced(problem.pairing, recipe, topology.neighbours(c), c, progress)
-            for c in range(topology.cells)
-        ]
-        total, steps = 0.0, 0
-        for cell in range(topology.cells):
-            where = {"cell": cell, "generation": generation}
-            for step in range(problem.batches_per_generation(cell)):
-                if problem.train_generator_at(step, **where):
-                    total += size * egan_step_cost(problem.options.egan, f_g, faced[cell] * f_d, batch)
-                    steps += cell == 0
-                if problem.train_discriminator_at(step, **where):
-                    total += size * discriminator_step_cost(f_d, f_g, batch)
-        yield total, steps
-
-
-def egan_step_cost(egan: Any, f_g: float, f_d: float, batch: int) -> float:
-    """One generator step under ``[problem.egan]`` (``egan``; None: off), ``f_d`` the forward FLOPs of every
-    discriminator it faces: a plain step per child; with two children or more, each child's fitness (G and D
-    forwards on a fitness batch as large, and with ``gamma`` D's backward there too) and, with ``gamma``,
-    D's forward and backward on the real batch once per step."""
-    children = 1 if egan is None else len(egan.losses)
-    cost = children * generator_step_cost(f_g, f_d, batch)
-    if children > 1:
-        diversity = egan.gamma > 0
-        per_child = f_g + (3.0 if diversity else 1.0) * f_d  # D's backward on the fakes for F_d
-        cost += children * batch * per_child + (3.0 * batch * f_d if diversity else 0.0)  # the real half, once
-    return cost
-
-
-def discriminators_faced(
-    pairing_component: Any, recipe: recipes.Recipe, neighbours: Sequence[int], cell: int, progress: float = 0.0
-) -> int:
-    """How many discriminators one generator step of ``cell`` runs at ``progress`` through the run: asked of
-    the pairing itself, on the opponents a generation gives it (as :meth:`evogan.engine.cell.Cell.opponents`)."""
-    size = recipe.population.size
-    own = [object() for _ in range(size)]
-    peers = len(set(neighbours) - {cell})
-    offspring_only = recipe.population.selection and recipe.population.opponents == "offspring"
-    neighbourhood = own if offspring_only else own + [object() for _ in range(size * peers)]
-    weights = [1 / len(neighbourhood)] * len(neighbourhood)
-    opponents = Opponents(own=own, neighbourhood=neighbourhood, weights=weights, progress=progress)  # type: ignore[arg-type]
-    return len(pairing_component.generator_opponents(opponents, rng=np.random.default_rng(0)))
-
-
 def training_flops(recipe: recipes.Recipe, registries: Registries) -> tuple[float, int]:
     """The whole run's training FLOPs and generator steps per cell."""
     costs = cost_per_generation(recipe, registries)

@@ -1,6 +1,7 @@
 """The commands beside ``run``: ``evaluate``, ``sample`` and ``export`` score, draw from and export a
 finished (or stopped) run, loaded as :func:`evogan.load` loads it; ``optimize`` tunes its mixture weights
-after training; ``keys generate`` writes the ZeroMQ transport's CURVE certificates. torch is imported when
+after training; ``keys generate`` writes the ZeroMQ transport's CURVE certificates; ``sweep`` and ``compare``
+live in :mod:`evogan.sweep` and :mod:`evogan.compare`. torch is imported when
 a command runs, not when the CLI starts."""
 
 from __future__ import annotations
@@ -80,25 +81,30 @@ def _evaluate_along(trained: TrainedRun, as_json: bool) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from evogan.along import generator_steps
+
     generations = trained.generations
     console = Console(stderr=as_json)
     rows = []
     for generation in generations:
         console.print(f"scoring generation {generation} ({generations.index(generation) + 1}/{len(generations)})")
         result = _scored(trained.at(generation))
-        rows.append({"generation": generation, **{k: v for k, v in result.items() if k not in ("run", "cells")}})
+        steps = generator_steps(trained.problem, generation)
+        row: dict[str, Any] = {"generation": generation, **({} if steps is None else {"steps": steps})}
+        rows.append(row | {k: v for k, v in result.items() if k not in ("run", "cells")})
     if as_json:
         click.echo(json.dumps({"run": str(trained.path), "along": rows}, indent=2, default=float))
         return
     alone = trained.problem.roles[0]
     keys = list(rows[0]["best_mixture"]) if rows else []
     table = Table(box=None, header_style="bold", title="test stream; the best mixture is chosen on validation")
-    columns = ["generation", "best cell", *[f"mixture {k}" for k in keys], *[f"mean {alone} {k}" for k in keys]]
-    for column in columns:
+    columns = ["generation", "G steps", "best cell", *[f"mixture {k}" for k in keys]]
+    for column in [*columns, *[f"mean {alone} {k}" for k in keys]]:
         table.add_column(column, justify="right")
     for row in rows:
         table.add_row(
             str(row["generation"]),
+            str(row.get("steps", "-")),
             str(row["best_cell"]),
             *[f"{row['best_mixture'][k]:.4g}" for k in keys],
             *[f"{row['mean_over_cells'][alone][k]:.4g}" for k in keys],
@@ -374,4 +380,11 @@ def generate(directory: Path, names: tuple[str, ...]) -> None:
     click.echo(f"keys in {directory}: public/ is the allow-list, private/ holds secrets (keep it private)")
 
 
-COMMANDS = [evaluate, sample, optimize, export, keys]
+def _experiments() -> list[click.Command]:
+    from evogan.compare import compare
+    from evogan.sweep import sweep
+
+    return [sweep, compare]
+
+
+COMMANDS = [evaluate, sample, optimize, export, keys, *_experiments()]

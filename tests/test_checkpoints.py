@@ -104,6 +104,7 @@ def test_evaluate_scores_an_earlier_generation_and_along_the_run(tiny_recipe) ->
     assert along.exit_code == 0, along.output
     rows = json.loads(along.stdout[along.stdout.index("{") :])["along"]
     assert [row["generation"] for row in rows] == [1, 2, 3]
+    assert [row["steps"] for row in rows] == [4, 8, 12]  # generator steps: the tiny recipe's 4 batches each
     # each row is what scoring that generation alone gives, and the newest is the plain evaluate
     for generation in (1, 3):
         once = invoke("evaluate", str(run_dir), "--generation", str(generation), "--json")
