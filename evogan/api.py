@@ -379,6 +379,8 @@ class Variation:
     :param exchange_every: batches between exchanges inside a generation (``exchange.every_batches``; 0: none);
         a problem that honours them yields at each step :meth:`exchange_due` names.
     :param seconds: the time the phase took, set by whoever ran it (a share, when cells vary together).
+    :param problem: the problem varying the job; it owns the pairing, mutation and sparsity (0.2's fields
+        of those names read them from it, with a deprecation warning).
     """
 
     cell_index: int
@@ -390,6 +392,29 @@ class Variation:
     rnd: CellRandom
     exchange_every: int = 0
     seconds: float = 0.0
+    #: the problem varying this job: only for the deprecated ``pairing``, ``mutation`` and ``sparsity``
+    problem: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def pairing(self) -> Any:
+        """Deprecated (0.3.0): the GAN problem's ``self.pairing``."""
+        return self._moved("pairing")
+
+    @property
+    def mutation(self) -> Any:
+        """Deprecated (0.3.0): the GAN problem's ``self.mutation``."""
+        return self._moved("mutation")
+
+    @property
+    def sparsity(self) -> Any:
+        """Deprecated (0.3.0): the GAN problem's ``self.sparsity``."""
+        return self._moved("sparsity")
+
+    def _moved(self, name: str) -> Any:
+        from evogan import deprecated
+
+        deprecated.warn(f"evogan.api.Variation.{name}", stacklevel=4)
+        return getattr(self.problem, name, None)
 
     def exchange_due(self, step: int) -> bool:
         """Whether the run exchanges models before batch ``step`` (counted from 0; never before the first)."""

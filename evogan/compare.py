@@ -131,7 +131,8 @@ def metric_name(records: Sequence[Mapping[str, Any]], wanted: str | None) -> str
         primary = (records[0].get("metric") or {}).get("primary")
         wanted = primary if primary in available else (available[0] if available else None)
     if wanted not in available:
-        raise UserError(f"--metric {wanted}: not a figure of every line; figures: {', '.join(available) or 'none'}")
+        figures = ", ".join(available) or "(no figures)"
+        raise UserError(f"--metric {wanted}: not a figure of every line; figures: {figures}")
     return str(wanted)
 
 

@@ -49,6 +49,15 @@ DEPRECATIONS: tuple[Deprecation, ...] = (
         since="0.3.0",
         removal="0.4.0",
     ),
+    *(
+        Deprecation(
+            f"evogan.api.Variation.{part}",
+            f"the problem's own {part} (evogan.adversarial.AdversarialProblem.{part}: [problem.{part}])",
+            since="0.3.0",
+            removal="0.4.0",
+        )
+        for part in ("pairing", "mutation", "sparsity")
+    ),
     Deprecation(
         "evogan.individual.Individual.sparse",
         'evogan.individual.Individual.extra["sparse"] (evogan.individual.SPARSE: one slot for per-individual state)',

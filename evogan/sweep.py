@@ -41,7 +41,7 @@ STOPPED = 130  # evogan run's exit code after Ctrl-C: checkpoints written, no su
 # ------------------------------------------------------------------------------------------ planning
 def split_values(text: str) -> list[str]:
     """``V1,V2,...`` split at the commas outside brackets, braces and quotes, so a component table
-    (``{use="own_pair"},{use="g_mixture"}``) or a list stays one value."""
+    (``{use="a"},{use="b"}``) or a list stays one value."""
     values: list[str] = []
     current: list[str] = []
     depth, quote = 0, ""
@@ -394,7 +394,7 @@ class _SweepCommand(click.Command):
     multiple=True,
     metavar="KEY=V1,V2",
     help="A recipe key and the values to try, as --set takes them; commas inside {} [] and quotes do not split "
-    "(problem.pairing={use=\"own_pair\"},{use=\"g_mixture\"}). Repeatable: every combination runs.",
+    "(problem.batch_size=50,100 or problem.loss={use=\"bce\"},{use=\"hinge\"}). Repeatable: every combination runs.",
 )
 @click.option(
     "--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a recipe key in every run. Repeatable."

@@ -100,3 +100,16 @@ def test_evogan_itself_never_uses_the_old_properties() -> None:
         warnings.simplefilter("error")
         made.clone(make_optimizer).state()
         list(individual_tensors(made))
+
+
+def test_a_variations_old_pairing_mutation_and_sparsity_read_the_problems_with_a_warning() -> None:
+    """0.2 gave a problem's vary() the pairing, mutation and sparsity on the job; they live on the problem."""
+    from types import SimpleNamespace
+
+    from evogan.api import Variation
+
+    problem = SimpleNamespace(pairing="the pairing", mutation="the mutation")
+    job = Variation(0, 1, {}, {}, {}, {}, None, problem=problem)  # type: ignore[arg-type]
+    for name, expected in (("pairing", "the pairing"), ("mutation", "the mutation"), ("sparsity", None)):
+        with pytest.warns(DeprecationWarning, match=rf"Variation\.{name} is deprecated .*\[problem\.{name}\]"):
+            assert getattr(job, name) == expected

@@ -150,6 +150,8 @@ ORDINARY_WORDS = {
     ("sparse/options.py", "static"): "ADAPT's g_mask value: the generator keeps its initial mask",
     ("sparse/flops.py", "dense"): "the FLOPs ledger's key for the same steps at density 1",
     ("sparse/defaults.py", "classifier"): "a layer name kept dense by default",
+    ("sweep.py", "set"): "a sweep line's field: the run's --set overrides",
+    ("compare.py", "set"): "a sweep line's field: the run's --set overrides",
 }
 
 

@@ -384,6 +384,7 @@ class Cell:
             incumbents=incumbents,
             rnd=rnd,
             exchange_every=settings.recipe.exchange.every_batches,
+            problem=self.problem,
         )
         self._training = members
         try:
