@@ -121,6 +121,9 @@ def test_without_a_mixture_records_and_summary_name_the_best_individual(tmp_path
     table = invoke("evaluate", str(run_dir))
     assert table.exit_code == 0, table.output
     assert "best host: cell" in table.output and "mixture" not in table.output
+    along = invoke("evaluate", str(run_dir), "--along")
+    assert along.exit_code == 0, along.output
+    assert "the best host is chosen on validation" in along.output and "mixture" not in along.output
 
 
 def invoke(*args: str) -> Any:
