@@ -555,6 +555,9 @@ class Cell:
         a seed drawn from the generation's evolution stream, never the test stream (:mod:`evogan.rng`).
         With the mixture disabled the weights stay as they are and the cell's best individual of the
         scored role is scored alone (what its record reports as ``best_score`` and ``best_metrics``)."""
+        mixture = self.settings.recipe.mixture
+        if not mixture.enabled:  # no ensemble: the cell's best individual alone stands for it
+            return self._on_validation([self.best_scored()], [1.0], int(rnd.numpy.integers(2**62)))
         cells, networks = self.mixture_members()
         weights = np.array([self.mixture[c] for c in cells], dtype=float)
         weights = weights / weights.sum() if weights.sum() > 0 else np.full(len(cells), 1 / len(cells))
@@ -563,9 +566,6 @@ class Cell:
         def score(candidate: np.ndarray) -> dict[str, float]:
             return self._on_validation(networks, candidate.tolist(), seed)
 
-        mixture = self.settings.recipe.mixture
-        if not mixture.enabled:  # no ensemble: the cell's best individual alone stands for it
-            return self._on_validation([self.best_scored()], [1.0], seed)
         metrics = score(weights)
         if len(cells) > 1:
             candidate = np.clip(weights + rnd.numpy.normal(0, mixture.sigma, len(cells)), 0, None)
