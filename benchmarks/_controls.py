@@ -209,13 +209,13 @@ def figures(summary: Mapping[str, Any], script: Script) -> dict[str, Any]:
         "best_cell": summary["best_cell"],
         "best_generator_cell": int(single),
         "test": {
-            "best_mixture": summary["best_mixture"],
+            "best_mixture": summary["chosen"]["test"],
             "best_generator": cells[single]["generator"],
             "mean_over_cells": summary["mean_over_cells"],
             "cells": {c: {"mixture": s["mixture"], "generator": s["generator"]} for c, s in cells.items()},
         },
         "validation": {
-            "best_mixture": summary["best_mixture_validation"],
+            "best_mixture": summary["chosen"]["validation"],
             "best_generator": cells[single]["validation"]["generator"],
             "cells": {
                 c: {"mixture": s["validation"]["mixture"], "generator": s["validation"]["generator"]}

@@ -45,11 +45,11 @@ def run_demo(extra: list[str]) -> dict[str, Any]:
         "dirty": dirty,
         "best_cell": int(best),
         "test": {
-            "best_mixture": summary["best_mixture"],
+            "best_mixture": summary["chosen"]["test"],
             "mean_over_cells": summary["mean_over_cells"],
             "cells": {c: {"mixture": s["mixture"], "generator": s["generator"]} for c, s in summary["cells"].items()},
         },
-        "validation": {"best_mixture": summary["best_mixture_validation"]},
+        "validation": {"best_mixture": summary["chosen"]["validation"]},
         "wall_s": round(wall, 1),
         "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": {**before, "load_end": machine()["load"]},

@@ -70,7 +70,7 @@ def one_run(args: argparse.Namespace, config: str, seed: int, output: Path) -> d
         "started": started,
         "wall_s": round(wall, 1),
         "machine": {**before, "load_end": machine()["load"]},
-        "best_mixture": summary["best_mixture"],
+        "best_mixture": summary["chosen"]["test"],
         "mean_over_cells": summary["mean_over_cells"],
         "finite_cells": len(finite),
         "cells": len(cells),

@@ -126,7 +126,7 @@ class Budget:
 
     @hookimpl
     def evogan_generation_end(self, generation: int, record: Mapping[str, Any]) -> None:
-        metrics = record["mixture_metrics"]
+        metrics = record["best_metrics"] if "best_metrics" in record else record["mixture_metrics"]
         if metrics["evaluations"] >= self.latest["evaluations"]:
             self.latest = dict(metrics)
         self.generation = max(self.generation, generation)

@@ -122,7 +122,7 @@ def one_run(variant: str, density: float, seed: int, args: argparse.Namespace, o
     records = read_jsonl(run_dir / "metrics.jsonl")
     timings = read_jsonl(run_dir / "timings.jsonl")
     # 1x1: the one generator; a grid: the mixture chosen on validation (both reported on the test stream)
-    final = {"generator": summary["best_mixture"]} if args.grid > 1 else summary["cells"]["0"]
+    final = {"generator": summary["chosen"]["test"]} if args.grid > 1 else summary["cells"]["0"]
     sparse = records[-1].get("sparsity", {})
     d_path = [r.get("sparsity", {}).get("density_d", 1.0) for r in records]
     return {

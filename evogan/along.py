@@ -39,8 +39,8 @@ def score_along(
     trained: TrainedRun, progress: Callable[[int, int, int], None] = lambda generation, done, total: None
 ) -> list[dict[str, Any]]:
     """One row per generation at which every cell kept a checkpoint, oldest first: ``generation``,
-    ``steps`` (when the problem says), ``best_cell``, ``test`` (the chosen mixture's test figures),
-    ``validation`` (its validation figures, which chose it) and ``mean_over_cells`` (test).
+    ``steps`` (when the problem says), ``best_cell``, ``test`` (the test figures of the chosen mixture, or
+    individual where the run has no mixture), ``validation`` (its validation figures, which chose it) and ``mean_over_cells`` (test).
 
     :param progress: called before each generation is scored with (generation, index, how many).
     """
@@ -58,8 +58,8 @@ def score_along(
             row["steps"] = steps
         row |= {
             "best_cell": result["best_cell"],
-            "test": result["best_mixture"],
-            "validation": result["best_mixture_validation"],
+            "test": result["chosen"]["test"],
+            "validation": result["chosen"]["validation"],
             "mean_over_cells": result["mean_over_cells"],
         }
         rows.append(row)

@@ -96,9 +96,11 @@ def _evaluate_along(trained: TrainedRun, as_json: bool) -> None:
         click.echo(json.dumps({"run": str(trained.path), "along": rows}, indent=2, default=float))
         return
     alone = trained.problem.roles[0]
-    keys = list(rows[0]["best_mixture"]) if rows else []
-    table = Table(box=None, header_style="bold", title="test stream; the best mixture is chosen on validation")
-    columns = ["generation", "G steps", "best cell", *[f"mixture {k}" for k in keys]]
+    keys = list(rows[0]["chosen"]["test"]) if rows else []
+    what = "mixture" if not rows or rows[0]["chosen"]["what"] == "mixture" else alone
+    title = f"test stream; the best {what} is chosen on validation"
+    table = Table(box=None, header_style="bold", title=title)
+    columns = ["generation", "G steps", "best cell", *[f"{what} {k}" for k in keys]]
     for column in [*columns, *[f"mean {alone} {k}" for k in keys]]:
         table.add_column(column, justify="right")
     for row in rows:
@@ -106,7 +108,7 @@ def _evaluate_along(trained: TrainedRun, as_json: bool) -> None:
             str(row["generation"]),
             str(row.get("steps", "-")),
             str(row["best_cell"]),
-            *[f"{row['best_mixture'][k]:.4g}" for k in keys],
+            *[f"{row['chosen']['test'][k]:.4g}" for k in keys],
             *[f"{row['mean_over_cells'][alone][k]:.4g}" for k in keys],
         )
     console.print(table)
@@ -142,10 +144,13 @@ def _evaluate_once(trained: TrainedRun, as_json: bool, optimized: str | None) ->
     if as_json:
         click.echo(json.dumps(result, indent=2, default=float))
         return
-    keys = list(next(iter(scores.values()))["mixture"])
-    table = Table(box=None, header_style="bold", title="test stream; the best mixture is chosen on validation")
+    mixture = result["chosen"]["what"] == "mixture"
+    keys = list(result["chosen"]["test"])
+    title = f"test stream; the best {'mixture' if mixture else alone} is chosen on validation"
+    table = Table(box=None, header_style="bold", title=title)
     label = alone if len(trained.problem.keys()[0]) > 1 else trained.problem.keys()[0].upper()
-    columns = ["cell", "generation", "val. score", *[f"{label} {k}" for k in keys], *[f"mixture {k}" for k in keys]]
+    columns = ["cell", "generation", "val. score", *[f"{label} {k}" for k in keys]]
+    columns += [f"mixture {k}" for k in keys] if mixture else []
     for column in columns:
         table.add_column(column, justify="right")
     for cell, score in scores.items():
@@ -153,9 +158,9 @@ def _evaluate_once(trained: TrainedRun, as_json: bool, optimized: str | None) ->
         table.add_row(
             cell,
             str(score["generation"]),
-            f"{score['validation']['mixture_score']:.4g}",
+            f"{score['validation']['score']:.4g}",
             *[f"{score[alone][k]:.4g}" for k in keys],
-            *[f"{score['mixture'][k]:.4g}" for k in keys],
+            *([f"{score['mixture'][k]:.4g}" for k in keys] if mixture else []),
             style=style,
         )
     console = Console()

@@ -93,6 +93,21 @@ RECIPE_KEYS: tuple[Deprecation, ...] = (
     ),
 )
 _BY_NAME = {deprecation.old: deprecation for deprecation in (*DEPRECATIONS, *RECIPE_KEYS)}
+# Keys of the files a run writes, still written (a file cannot warn its readers) for runs that have them.
+SUMMARY_KEYS: tuple[Deprecation, ...] = (
+    Deprecation(
+        "summary.json: best_mixture",
+        'chosen["test"] (what was chosen, in words that fit any problem; written by runs with a mixture only)',
+        since="0.3.0",
+        removal="0.4.0",
+    ),
+    Deprecation(
+        "summary.json: best_mixture_validation",
+        'chosen["validation"] (written by runs with a mixture only)',
+        since="0.3.0",
+        removal="0.4.0",
+    ),
+)
 
 
 def warn(old: str, *, stacklevel: int = 3) -> None:
@@ -175,4 +190,13 @@ def _dropping(function: Callable[..., Any], missing: tuple[str, ...], name: str)
     return adapted
 
 
-__all__ = ["DEPRECATIONS", "NEW_KEYWORDS", "RECIPE_KEYS", "Deprecation", "adapt_signatures", "module_getattr", "warn"]
+__all__ = [
+    "DEPRECATIONS",
+    "NEW_KEYWORDS",
+    "RECIPE_KEYS",
+    "SUMMARY_KEYS",
+    "Deprecation",
+    "adapt_signatures",
+    "module_getattr",
+    "warn",
+]

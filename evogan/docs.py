@@ -15,7 +15,7 @@ import click
 from pydantic import BaseModel
 
 from evogan.api import KINDS, ComponentOptions
-from evogan.deprecated import DEPRECATIONS, RECIPE_KEYS
+from evogan.deprecated import DEPRECATIONS, RECIPE_KEYS, SUMMARY_KEYS
 from evogan.recipe import COMPONENT_TABLES, FIXED_TABLES, nested_kinds
 from evogan.registry import KIND_HOOKS, Registries
 
@@ -233,6 +233,17 @@ def api_reference() -> str:
     ]
     for d in RECIPE_KEYS:
         out.append(f"| `{d.old}` | {d.new} | {d.since} | {d.removal} at the earliest |")
+    out += [
+        "",
+        "### Deprecated keys of the files a run writes\n",
+        "Still written where they apply; evogan itself reads them only in files written before 0.3.\n",
+        "| key | use instead | deprecated in | removed in |",
+        "| --- | --- | --- | --- |",
+    ]
+    for d in SUMMARY_KEYS:
+        file, _, key = d.old.partition(": ")
+        new, _, why = d.new.partition(" ")
+        out.append(f"| `{key}` ({file}) | {f'`{new}` {why}'.strip()} | {d.since} | {d.removal} at the earliest |")
     return "\n".join([*out, ""])
 
 

@@ -154,7 +154,11 @@ class OptimizeSection(_Table):
 
 
 class MixtureSection(_Table):
-    enabled: bool = Field(True, description="evolve mixture weights with a (1+1)-ES each generation")
+    enabled: bool = Field(
+        True,
+        description="evolve mixture weights with a (1+1)-ES each generation; false: no mixture, each cell "
+        "stands for its best individual alone (records and summary carry no weights)",
+    )
     sigma: float = Field(0.01, gt=0, description="standard deviation of the Gaussian weight mutation")
     optimize: OptimizeSection = Field(
         default_factory=lambda: OptimizeSection.model_validate({}),

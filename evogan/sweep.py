@@ -281,8 +281,8 @@ class Sweep:
             "requested_generations": self.generations,
             "generations": summary.get("generations"),
             "best_cell": summary.get("best_cell"),
-            "test": summary.get("best_mixture"),
-            "validation": summary.get("best_mixture_validation"),
+            "test": (summary.get("chosen") or {}).get("test"),
+            "validation": (summary.get("chosen") or {}).get("validation"),
             "mean_over_cells": summary.get("mean_over_cells"),
             "metric": metric_of(problem.get("metric")),
             "wall_s": round(wall, 3),
@@ -306,8 +306,8 @@ def along_row(row: dict[str, Any], flops: Sequence[float] = ()) -> dict[str, Any
     if 0 < row["generation"] <= len(flops):
         out["training_flops"] = flops[row["generation"] - 1]
     return out | {
-        "test": row["best_mixture"],
-        "validation": row["best_mixture_validation"],
+        "test": row["chosen"]["test"],
+        "validation": row["chosen"]["validation"],
         "mean_over_cells": row["mean_over_cells"],
         "best_cell": row["best_cell"],
     }

@@ -138,7 +138,9 @@ class TrainedRun:
             self._scoring_ready = True
 
     def scores(self) -> dict[str, Any]:
-        """Every cell's best generator and mixture, scored on the run's fixed evaluation noise."""
+        """Every cell's best individual of the scored role (a GAN's generator) and its mixture (where the
+        recipe's mixture is enabled), scored on the run's fixed evaluation noise
+        (:func:`evogan.engine.run.score_cells`)."""
         from evogan.engine.run import score_cells
 
         self.prepare_scoring()
@@ -146,7 +148,8 @@ class TrainedRun:
 
     @cached_property
     def best_cell(self) -> int:
-        """The cell whose mixture scored best: the summary's choice when it scored these very
+        """The cell whose mixture (or best individual, where the mixture is disabled) scored best on
+        validation: the summary's choice when it scored these very
         checkpoints, else scored now (as at the end of a run)."""
         summary = self.summary or {}
         recorded = summary.get("cells", {})

@@ -114,6 +114,22 @@ def test_the_table_names_the_roles_the_problem_declares() -> None:
         "mean_over_cells": {"mixture": {"sorted": 0.5}, "host": {"sorted": 0.25}},
     }
     assert summary_lines(summary)[0] == "mean over cells, test: mixture sorted=0.5; best host alone sorted=0.25"
+    # without a mixture (the recipe disables it) the records score the best individual, and the summary
+    # names it in the problem's terms
+    reporter.rows[0] = {
+        "cell": 0, "generation": 2, "host_loss": 0.25, "parasite_loss": 0.75, "best_score": 0.5, "exchange": {},
+    }
+    assert plain(reporter.table(), 160)[0].split()[-3:] == ["best", "score", "staleness"]
+    summary = {
+        "best_cell": 0,
+        "chosen": {"cell": 0, "what": "individual", "role": "host", "test": {"sorted": 0.5},
+                   "validation": {"sorted": 0.75}},
+        "mean_over_cells": {"host": {"sorted": 0.25}},
+    }
+    assert summary_lines(summary) == [
+        "mean over cells, test: best host alone sorted=0.25",
+        "best host: cell 0 (chosen on validation): test sorted=0.5; validation sorted=0.75",
+    ]
 
 
 def test_the_problems_numbers_about_its_best_individuals_get_columns_and_plain_fields() -> None:

@@ -16,7 +16,15 @@ from evogan import recipe as recipes
 from evogan.api import ComponentOptions, DataSource, Metric
 from evogan.cli import _attach_commands, cli
 from evogan.engine.cell import Cell
-from evogan.engine.run import Driver, best_cell, build_settings, build_topology, mean_over_cells, score_cells
+from evogan.engine.run import (
+    Driver,
+    best_cell,
+    build_settings,
+    build_topology,
+    mean_over_cells,
+    reported,
+    score_cells,
+)
 from evogan.engine.rundir import RunDirectory
 from evogan.errors import UserError
 from evogan.plugins import make_plugin_manager
@@ -203,13 +211,22 @@ def test_the_best_cell_is_chosen_on_validation_and_reported_on_test(tiny_recipe)
         "chosen_on": "validation",
         "reported_on": "test",
     }
-    assert summary["best_mixture"] == cells[chosen]["mixture"]  # the test figure is the one reported
-    assert summary["best_mixture_validation"] == cells[chosen]["validation"]["mixture"]
+    assert summary["chosen"] == {  # the test figure is the one reported, the validation one beside it
+        "cell": int(chosen),
+        "what": "mixture",
+        "role": "generator",
+        "test": cells[chosen]["mixture"],
+        "validation": cells[chosen]["validation"]["mixture"],
+    }
+    # the deprecated aliases a GAN run keeps writing for a cycle
+    assert summary["best_mixture"] == summary["chosen"]["test"]
+    assert summary["best_mixture_validation"] == summary["chosen"]["validation"]
     for scores in cells.values():
         test, validation = scores, scores["validation"]
         assert test["mixture"]["n"] == test["generator"]["n"] == 96  # problem.test_samples
         assert validation["mixture"]["n"] == validation["generator"]["n"] == 128  # problem.score_samples
         assert test["mixture_score"] == test["mixture"]["mean"] != validation["mixture"]["mean"]  # other noise
+        assert test["score"] == test["mixture_score"] and validation["score"] == validation["mixture_score"]
     for part in ("mixture", "generator"):
         expected = statistics.fmean(scores[part]["mean"] for scores in cells.values())
         assert summary["mean_over_cells"][part]["mean"] == pytest.approx(expected)
@@ -220,7 +237,8 @@ def test_the_best_cell_is_chosen_on_validation_and_reported_on_test(tiny_recipe)
     with registered(ProbePlugin()):  # `evogan evaluate` re-scores the checkpoints exactly so
         result = CliRunner().invoke(cli, ["evaluate", str(run_dir), "--json"], catch_exceptions=False)
     evaluated = json.loads(result.output)
-    for key in ("best_cell", "best_mixture", "best_mixture_validation", "mean_over_cells", "cells", "evaluation"):
+    keys = ("best_cell", "chosen", "best_mixture", "best_mixture_validation", "mean_over_cells", "cells", "evaluation")
+    for key in keys:
         assert evaluated[key] == summary[key], key
 
 
@@ -252,3 +270,19 @@ def test_best_cell_and_means_read_the_validation_and_the_test_figures() -> None:
     scores = {"0": cell(0.1, 1.0, 0.5), "1": cell(0.9, 3.0, 0.2)}
     assert best_cell(scores) == "1"  # best on validation, though cell 0 scores better on test
     assert mean_over_cells(scores, "generator") == {"mixture": {"m": pytest.approx(0.5)}, "generator": {"m": 2.0}}
+
+
+def test_without_a_mixture_the_best_individual_is_chosen_and_no_mixture_is_reported() -> None:
+    """Cells scored with the mixture disabled carry their best individual's figures and ``score``: the
+    report names it (``chosen``) and writes no ``best_mixture``."""
+
+    def cell(test: float, validation: float) -> dict:
+        return {"host": {"m": test}, "score": test, "validation": {"host": {"m": validation}, "score": validation}}
+
+    scores = {"0": cell(0.1, 0.5), "1": cell(0.9, 0.2)}
+    assert best_cell(scores) == "1"
+    report = reported(scores, "host")
+    assert report["chosen"] == {"cell": 1, "what": "individual", "role": "host", "test": {"m": 0.9},
+                                "validation": {"m": 0.2}}
+    assert report["best_cell"] == 1 and not [key for key in report if key.startswith("best_mixture")]
+    assert report["mean_over_cells"] == {"host": {"m": pytest.approx(0.5)}}

@@ -29,7 +29,7 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
-from evogan.engine.plots import cell_rows
+from evogan.engine.plots import cell_rows, record_score
 from evogan.hookspecs import hookimpl
 
 if TYPE_CHECKING:
@@ -56,21 +56,29 @@ def metrics_text(metrics: Mapping[str, Any]) -> str:
 
 def summary_lines(summary: Mapping[str, Any]) -> list[str]:
     """The reported figures of ``summary.json`` (or ``evogan evaluate``'s result): the test means over the
-    cells of their mixtures and of each cell's best individual alone, then (last) the mixture chosen on the
-    validation stream, scored on the test stream with its validation figures beside it."""
+    cells of their mixtures and of each cell's best individual alone, then (last) what was chosen on the
+    validation stream (a mixture, or a best individual where the mixture is disabled), scored on the test
+    stream with its validation figures beside it."""
     lines = []
     means = summary.get("mean_over_cells")
     if means:
-        alone = "; ".join(f"best {part} alone {metrics_text(m)}" for part, m in means.items() if part != "mixture")
-        lines.append(f"mean over cells, test: mixture {metrics_text(means['mixture'])}; {alone}")
+        parts = [f"mixture {metrics_text(means['mixture'])}"] if "mixture" in means else []
+        parts += [f"best {part} alone {metrics_text(m)}" for part, m in means.items() if part != "mixture"]
+        lines.append(f"mean over cells, test: {'; '.join(parts)}")
     diverged = summary.get("diverged") or {}
     if diverged:
         times = ", ".join(f"cell {cell} ({count}x)" for cell, count in diverged.items())
         at_end = ", ".join(map(str, summary.get("diverged_at_end") or [])) or "none"
         lines.append(f"diverged and restored: {times}; still diverging at the end: {at_end}")
+    chosen = summary.get("chosen") or {  # summaries before 0.3 name only the mixture
+        "what": "mixture",
+        "test": summary["best_mixture"],
+        "validation": summary["best_mixture_validation"],
+    }
+    what = "best mixture ensemble" if chosen["what"] == "mixture" else f"best {chosen.get('role', 'individual')}"
     lines.append(
-        f"best mixture ensemble: cell {summary['best_cell']} (chosen on validation): "
-        f"test {metrics_text(summary['best_mixture'])}; validation {metrics_text(summary['best_mixture_validation'])}"
+        f"{what}: cell {summary['best_cell']} (chosen on validation): "
+        f"test {metrics_text(chosen['test'])}; validation {metrics_text(chosen['validation'])}"
     )
     return lines
 
@@ -186,9 +194,9 @@ class TerminalReporter:
             roles = "".join(f"{k}={record[k]:.4f} " for k in record if k.endswith("_loss"))
             roles += "".join(f"{k}={record[k]:.3g} " for k in record if k.startswith("lr_"))
             roles += "".join(f"{k}={v:.3g} " for k, v in (record.get("individual_metrics") or {}).items())
+            name, score, _ = record_score(record)
             self.console.print(
-                f"generation {generation}/{run.generations} cell {cell}: {roles}"
-                f"mixture_score={record['mixture_score']:.4f}{extra}",
+                f"generation {generation}/{run.generations} cell {cell}: {roles}{name}_score={score:.4f}{extra}",
                 highlight=False,
             )
         elif self.mode == "live" and self.progress is not None and self.live is not None:
@@ -225,7 +233,8 @@ class TerminalReporter:
         traits = list(first.get("individual_metrics") or {})
         role_columns = [f"{_label(k[: -len('_loss')])} loss" for k in losses] + [f"lr {_label(k[3:])}" for k in rates]
         role_columns += traits
-        columns = ["cell", "gen", *role_columns, "mixture score", "staleness"]
+        scored = "mixture score" if "mixture_score" in first else "best score"
+        columns = ["cell", "gen", *role_columns, scored, "staleness"]
         at = 2 + len(role_columns)
         if sparse:
             columns[at:at] = ["BR", "density G", "density D", "FLOPs"]
@@ -247,7 +256,7 @@ class TerminalReporter:
                 *(_number(row.get(k)) for k in losses),
                 *(f"{row[k]:.3g}" if k in row else "-" for k in rates),
                 *(_number((row.get("individual_metrics") or {}).get(k), 3) for k in traits),
-                _number(row["mixture_score"]),
+                _number(record_score(row)[1]),
                 str(staleness),
             ]
             if sparse:
@@ -266,7 +275,7 @@ class TerminalReporter:
     def grid(self) -> Table | None:
         if self.info is None:
             return None
-        scores = {cell: float(row["mixture_score"]) for cell, row in self.rows.items()}
+        scores = {cell: record_score(row)[1] for cell, row in self.rows.items()}
         return grid_view(scores, self.info.cells, self.info.layout)
 
     def _render(self) -> Group:

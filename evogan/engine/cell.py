@@ -551,7 +551,12 @@ class Cell:
 
     def _evolve_mixture(self, rnd: CellRandom) -> dict[str, float]:
         """One (1+1)-ES step on the mixture weights, both candidates scored on the same validation noise:
-        a seed drawn from the generation's evolution stream, never the test stream (:mod:`evogan.rng`)."""
+        a seed drawn from the generation's evolution stream, never the test stream (:mod:`evogan.rng`).
+        With the mixture disabled the weights stay as they are and the cell's best individual of the
+        scored role is scored alone (what its record reports as ``best_score`` and ``best_metrics``)."""
+        mixture = self.settings.recipe.mixture
+        if not mixture.enabled:  # no ensemble: the cell's best individual alone stands for it
+            return self._on_validation([self.best_scored()], [1.0], int(rnd.numpy.integers(2**62)))
         cells, networks = self.mixture_members()
         weights = np.array([self.mixture[c] for c in cells], dtype=float)
         weights = weights / weights.sum() if weights.sum() > 0 else np.full(len(cells), 1 / len(cells))
@@ -561,8 +566,7 @@ class Cell:
             return self._on_validation(networks, candidate.tolist(), seed)
 
         metrics = score(weights)
-        mixture = self.settings.recipe.mixture
-        if mixture.enabled and len(cells) > 1:
+        if len(cells) > 1:
             candidate = np.clip(weights + rnd.numpy.normal(0, mixture.sigma, len(cells)), 0, None)
             if candidate.sum() > 0:
                 candidate = candidate / candidate.sum()
@@ -588,11 +592,18 @@ class Cell:
         record.update({f"{keys[role]}_loss": best[role].fitness.loss for role in self.roles})
         record.update({f"lr_{keys[role]}": best[role].hyper["lr"] for role in self.roles if "lr" in best[role].hyper})
         record.update({f"neighbourhood_{keys[role]}": self.statistics.compile(list(pool[role])) for role in self.roles})
+        score = self.problem.objective(mixture_metrics)
+        if self.settings.recipe.mixture.enabled:
+            chosen = {
+                "mixture": {str(c): w for c, w in sorted(self.mixture.items())},
+                "mixture_score": score,
+                "mixture_metrics": dict(mixture_metrics),
+            }
+        else:  # no weights: what the cell's best individual alone scores
+            chosen = {"best_score": score, "best_metrics": dict(mixture_metrics)}
         record.update({
             "replaced": dict(replaced),
-            "mixture": {str(c): w for c, w in sorted(self.mixture.items())},
-            "mixture_score": self.problem.objective(mixture_metrics),
-            "mixture_metrics": dict(mixture_metrics),
+            **chosen,
             "exchange": {str(p): g for p, g in sorted(self.exchange.used.items())},
             "exchanges": self.exchange.count,
             "staleness": {

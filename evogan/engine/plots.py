@@ -11,15 +11,26 @@ if TYPE_CHECKING:  # the reporter imports cell_rows: keep torch (rundir) out of 
     from evogan.engine.rundir import RunDirectory
 
 
+def record_score(record: Mapping[str, Any]) -> tuple[str, float, dict[str, Any]]:
+    """What a generation's record says stands for its cell, as ``(name, score, metrics)``: ``mixture``
+    (``mixture_score``, ``mixture_metrics``) where the recipe's mixture is enabled, else ``best`` (the
+    cell's best individual alone: ``best_score``, ``best_metrics``). Scores are the problem's objective
+    on the validation stream (lower is better)."""
+    name = "mixture" if "mixture_score" in record else "best"
+    return name, float(record[f"{name}_score"]), dict(record.get(f"{name}_metrics", {}))
+
+
 def _series(records: Sequence[Mapping[str, Any]]) -> dict[str, dict[int, list[tuple[int, float]]]]:
     """metric name -> cell -> [(generation, value)]."""
     series: dict[str, dict[int, list[tuple[int, float]]]] = defaultdict(lambda: defaultdict(list))
     for record in records:
         cell, generation = record["cell"], record["generation"]
-        # the problem's per-role losses (a GAN's g_loss and d_loss), then the mixture's score
+        # the problem's per-role losses (a GAN's g_loss and d_loss), then the mixture's score (or the
+        # best individual's, where the mixture is disabled)
         values = {k: v for k, v in record.items() if k.endswith("_loss")}
-        values["mixture_score"] = record["mixture_score"]
-        values.update({f"mixture {k}": v for k, v in record.get("mixture_metrics", {}).items()})
+        name, score, metrics = record_score(record)
+        values[f"{name}_score"] = score
+        values.update({f"{name} {k}": v for k, v in metrics.items()})
         values.update({f"sparsity {k}": v for k, v in record.get("sparsity", {}).items()})
         for name, value in values.items():
             if isinstance(value, int | float):
@@ -53,20 +64,23 @@ def plot_grid(
 ) -> Path:
     """``plots/grid.png``: two heatmaps laid out as the topology (a strip without a 2-D layout), each cell's
     final mixture score (test stream) and the best score it reached over the generations (the mixture
-    ES's validation noise; lower is better); ``records``: the run's metrics when the caller has read them
+    ES's validation noise; lower is better), or its best individual's where the mixture is disabled;
+    ``records``: the run's metrics when the caller has read them
     already; ``chosen``: the cell chosen on the validation stream, boxed in the first (default: its best)."""
     import numpy as np
 
     plt = _pyplot()
     best_seen: dict[int, float] = {}
+    what = "mixture"
     for record in run_dir.read_metrics() if records is None else records:
-        cell, score = int(record["cell"]), float(record["mixture_score"])
+        name, score, _ = record_score(record)
+        cell, what = int(record["cell"]), "mixture" if name == "mixture" else "best individual's"
         best_seen[cell] = min(score, best_seen.get(cell, score))
     cells = max([*final, *best_seen], default=-1) + 1
     rows = cell_rows(cells, layout, columns=max(cells, 1))
     panels = [
-        ("final mixture score (test)", final, chosen),
-        ("best mixture score over the generations (validation)", best_seen, None),
+        (f"final {what} score (test)", final, chosen),
+        (f"best {what} score over the generations (validation)", best_seen, None),
     ]
     width = max(len(rows[0]), 1)
     figure, axes = plt.subplots(1, 2, figsize=(2 * min(3 + 0.9 * width, 14), min(2 + 0.9 * len(rows), 12)))
@@ -130,4 +144,4 @@ def plot_metrics(run_dir: RunDirectory, records: Sequence[Mapping[str, Any]] | N
     return [path]
 
 
-__all__ = ["cell_rows", "plot_grid", "plot_metrics"]
+__all__ = ["cell_rows", "plot_grid", "plot_metrics", "record_score"]

@@ -29,6 +29,7 @@ from evogan.api import (
 )
 from evogan.engine.cell import Cell, CellSettings, finish
 from evogan.engine.divergence import divergence_summary
+from evogan.engine.plots import record_score
 from evogan.engine.rundir import RunDirectory, writing
 from evogan.engine.vectorized import decide
 from evogan.errors import UserError
@@ -360,9 +361,8 @@ class Driver:
         self._unnoted.discard(cell.index)
         roles = "".join(f"{k}={record[k]:.4f} " for k in record if k.endswith("_loss"))  # the problem's keys
         roles += "".join(f"{k}={record[k]:.3g} " for k in record if k.startswith("lr_"))
-        self.run_dir.log(
-            cell.index, f"{note}generation={cell.generation} {roles}mixture_score={record['mixture_score']:.4f}"
-        )
+        name, score, _ = record_score(record)
+        self.run_dir.log(cell.index, f"{note}generation={cell.generation} {roles}{name}_score={score:.4f}")
         run = self.recipe.run
         if run.samples_every and cell.generation % run.samples_every == 0:  # before the hook, which may show it
             self.pictures(cell, f"gen-{cell.generation:04d}")
@@ -427,32 +427,59 @@ class Driver:
 
 
 def best_cell(scores: Mapping[str, Any]) -> str:
-    """The cell (its key in ``scores``, as :func:`score_cells` gives them) whose mixture scored best on
-    the validation stream: the test stream never chooses."""
-    return min(scores, key=lambda c: scores[c]["validation"]["mixture_score"])
+    """The cell (its key in ``scores``, as :func:`score_cells` gives them) whose choice (its mixture, or
+    its best individual where the mixture is disabled) scored best on the validation stream: the test
+    stream never chooses."""
+    return min(scores, key=lambda c: _score(scores[c]["validation"]))
+
+
+def _score(stream: Mapping[str, Any]) -> float:
+    """A cell's score on one stream; summaries written before 0.3 have only ``mixture_score``."""
+    return float(stream["score"] if "score" in stream else stream["mixture_score"])
+
+
+def chosen_part(scores: Mapping[str, Any], alone: Role) -> str:
+    """The key of what stands for a cell in ``scores`` (:func:`score_cells`): ``mixture``, or the
+    scored role (``alone``) where the mixture is disabled."""
+    return "mixture" if "mixture" in next(iter(scores.values())) else alone
 
 
 def mean_over_cells(scores: Mapping[str, Any], alone: Role) -> dict[str, dict[str, float]]:
-    """The test metrics of every cell's mixture and of every cell's best individual of the scored role
-    (``alone``: a GAN's generator), averaged over the cells: figures no choice among the cells touched."""
+    """The test metrics of every cell's mixture (where the mixture is enabled) and of every cell's best
+    individual of the scored role (``alone``: a GAN's generator), averaged over the cells: figures no
+    choice among the cells touched."""
     means: dict[str, dict[str, float]] = {}
-    for part in ("mixture", alone):
+    for part in dict.fromkeys((chosen_part(scores, alone), alone)):
         keys = next(iter(scores.values()))[part]
         means[part] = {key: statistics.fmean(float(s[part][key]) for s in scores.values()) for key in keys}
     return means
 
 
 def reported(scores: Mapping[str, Any], alone: Role) -> dict[str, Any]:
-    """What a run reports of its cells' scores: the mixture chosen on validation, on test and (labelled)
-    on validation, and the test means over the cells; summary.json and ``evogan evaluate`` hold these."""
+    """What a run reports of its cells' scores: what was chosen on validation (``chosen``: the best
+    cell's mixture, or its best individual where the mixture is disabled) on test and (labelled) on
+    validation, and the test means over the cells; summary.json and ``evogan evaluate`` hold these.
+    Runs with a mixture also carry ``best_mixture`` and ``best_mixture_validation``, deprecated
+    aliases of ``chosen["test"]`` and ``chosen["validation"]`` (to go in 0.4)."""
     best = best_cell(scores)
-    return {
+    part = chosen_part(scores, alone)
+    chosen = {
+        "cell": int(best),
+        "what": "mixture" if part == "mixture" else "individual",
+        "role": alone,
+        "test": scores[best][part],
+        "validation": scores[best]["validation"][part],
+    }
+    report: dict[str, Any] = {
         "evaluation": {"chosen_on": "validation", "reported_on": "test"},
         "best_cell": int(best),
-        "best_mixture": scores[best]["mixture"],
-        "best_mixture_validation": scores[best]["validation"]["mixture"],
-        "mean_over_cells": mean_over_cells(scores, alone),
+        "chosen": chosen,
     }
+    if part == "mixture":  # deprecated aliases, GAN runs' summaries before 0.3
+        report["best_mixture"] = chosen["test"]
+        report["best_mixture_validation"] = chosen["validation"]
+    report["mean_over_cells"] = mean_over_cells(scores, alone)
+    return report
 
 
 def write_summary(
@@ -464,8 +491,8 @@ def write_summary(
     problem: Mapping[str, Any],
     alone: Role,
 ) -> dict[str, Any]:
-    """Pick the best mixture among ``cells`` (every cell's scores) on the validation stream, report it on
-    the test stream beside its validation figures, write summary.json and the plots.
+    """Pick the best cell among ``cells`` (every cell's scores) on the validation stream, report what
+    stands for it on the test stream beside its validation figures, write summary.json and the plots.
 
     Shared by the single-process driver and the launcher that merges its workers' parts.
     """
@@ -487,18 +514,21 @@ def write_summary(
 
     with writing(run_dir.path / "plots"):
         plot_metrics(run_dir, records)
-        final = {int(cell): float(scores["mixture_score"]) for cell, scores in cells.items()}
+        final = {int(cell): _score(scores) for cell, scores in cells.items()}
         plot_grid(run_dir, final, topology.layout(), records, chosen=summary["best_cell"])
     return summary
 
 
 def score_cells(cells: Sequence[Cell], settings: CellSettings, seed: int) -> dict[str, Any]:
     """Each cell's best individual of the scored role alone (under that role's name: a GAN's
-    ``generator``) and its mixture, on both score streams (:mod:`evogan.rng`): the test figures at the top
-    (the role, ``mixture``, ``mixture_score``: what is reported), the validation figures under
-    ``validation`` (what chooses). Every cell sees the same noise of a stream."""
+    ``generator``) and, where the recipe's mixture is enabled, its mixture, on both score streams
+    (:mod:`evogan.rng`): the test figures at the top (the role, ``mixture``, ``score``: the objective of
+    what stands for the cell, its mixture or else its best individual; ``mixture_score`` as well where
+    there is a mixture), the validation figures under ``validation`` (what chooses). Every cell sees
+    the same noise of a stream."""
     problem = settings.problem
     alone = problem.roles[0]
+    enabled = settings.recipe.mixture.enabled
     scores: dict[str, Any] = {}
     for cell in cells:
         _, networks, weights = cell.mixture_ensemble()
@@ -507,14 +537,19 @@ def score_cells(cells: Sequence[Cell], settings: CellSettings, seed: int) -> dic
             single = problem.evaluate_on(
                 [cell.best_scored()], [1.0], stream=stream, generator=score_generator(seed, stream)
             )
+            if not enabled:
+                streams[stream] = {alone: single, "score": problem.objective(single)}
+                continue
             mixture = problem.evaluate_on(networks, weights, stream=stream, generator=score_generator(seed, stream))
-            streams[stream] = {alone: single, "mixture": mixture, "mixture_score": problem.objective(mixture)}
+            score = problem.objective(mixture)
+            streams[stream] = {alone: single, "mixture": mixture, "score": score, "mixture_score": score}
         scores[str(cell.index)] = {
             "generation": cell.generation,
             **streams["test"],
             "validation": streams["validation"],
-            "weights": {str(c): w for c, w in cell.mixture.items()},
         }
+        if enabled:
+            scores[str(cell.index)]["weights"] = {str(c): w for c, w in cell.mixture.items()}
         if settings.sparsity is not None:
             scores[str(cell.index)]["sparsity"] = settings.sparsity.metrics(*(cell.best(r) for r in cell.roles))
     return scores
@@ -562,6 +597,7 @@ __all__ = [
     "best_cell",
     "build_settings",
     "build_topology",
+    "chosen_part",
     "default_threads",
     "load_cells",
     "mean_over_cells",

@@ -38,6 +38,9 @@ size = 2
 use = "tournament"
 size = 2
 
+[mixture]
+enabled = false
+
 [problem]
 use = "sortnet"
 inputs = 8
@@ -64,7 +67,7 @@ def records(run_dir: Path) -> list[dict[str, Any]]:
 
 def without_counters(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [
-        {**row, "mixture_metrics": {k: v for k, v in row["mixture_metrics"].items() if k not in PER_PROCESS}}
+        {**row, "best_metrics": {k: v for k, v in row["best_metrics"].items() if k not in PER_PROCESS}}
         for row in rows
     ]
 
@@ -76,12 +79,48 @@ def test_a_2x2_grid_runs_through_the_python_api_and_repeats_itself(tmp_path: Pat
     rows = records(first)
     assert [(r["generation"], r["cell"]) for r in rows] == [(g, c) for g in range(1, 5) for c in range(4)]
     assert {"host_loss", "parasite_loss", "neighbourhood_host", "neighbourhood_parasite"} <= set(rows[0])
-    evaluations = [r["mixture_metrics"]["evaluations"] for r in rows]
+    evaluations = [r["best_metrics"]["evaluations"] for r in rows]
     assert evaluations == sorted(evaluations) and evaluations[0] > 0  # one process: a running count
     summary = json.loads((first / "summary.json").read_text())
-    assert summary["problem"]["inputs"] == 8 and 0 < summary["best_mixture"]["sorted"] <= 1
+    assert summary["problem"]["inputs"] == 8 and 0 < summary["chosen"]["test"]["sorted"] <= 1
     other = run_tiny(write_recipe(tmp_path, seed=4))
     assert (other / "metrics.jsonl").read_bytes() != (first / "metrics.jsonl").read_bytes()
+
+
+def test_without_a_mixture_records_and_summary_name_the_best_individual(tmp_path: Path) -> None:
+    """The recipe disables the mixture: no weights and no mixture keys in the records, no ``best_mixture``
+    in the summary, which names what was chosen in the problem's terms; evaluate and load agree."""
+    import evogan
+
+    run_dir = run_tiny(write_recipe(tmp_path, generations=2))
+    for row in records(run_dir):
+        assert not {"mixture", "mixture_score", "mixture_metrics"} & set(row)
+        assert row["best_score"] == 1 - row["best_metrics"]["sorted"]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert not [key for key in summary if key.startswith("best_mixture")]
+    chosen = summary["chosen"]
+    assert chosen["what"] == "individual" and chosen["role"] == "host" and chosen["cell"] == summary["best_cell"]
+    assert chosen["test"] == summary["cells"][str(chosen["cell"])]["host"]
+    assert set(summary["mean_over_cells"]) == {"host"}
+    for cell in summary["cells"].values():
+        assert not {"mixture", "mixture_score", "weights"} & set(cell) and "score" in cell["validation"]
+    assert evogan.load(run_dir).summary == summary
+    evaluated = invoke("evaluate", str(run_dir), "--json")
+    assert evaluated.exit_code == 0, evaluated.output
+    result = json.loads(evaluated.output)
+    assert "best_mixture" not in result and result["chosen"]["what"] == "individual"
+
+    def settled(metrics: dict[str, float]) -> dict[str, float]:
+        return {k: v for k, v in metrics.items() if k not in PER_PROCESS}
+
+    assert result["chosen"]["cell"] == chosen["cell"]
+    assert settled(result["chosen"]["test"]) == settled(chosen["test"])
+    table = invoke("evaluate", str(run_dir))
+    assert table.exit_code == 0, table.output
+    assert "best host: cell" in table.output and "mixture" not in table.output
+    along = invoke("evaluate", str(run_dir), "--along")
+    assert along.exit_code == 0, along.output
+    assert "the best host is chosen on validation" in along.output and "mixture" not in along.output
 
 
 def invoke(*args: str) -> Any:
@@ -110,7 +149,7 @@ def test_the_cli_runs_in_one_process_in_two_workers_and_resumed_with_the_same_re
     assert without_counters(records(runs["workers"])) == without_counters(single)
     assert without_counters(records(runs["cut"])) == without_counters(single)
     # the counters restart with each process: two workers each count their own cells' tests
-    assert records(runs["workers"])[-1]["mixture_metrics"]["evaluations"] < single[-1]["mixture_metrics"]["evaluations"]
+    assert records(runs["workers"])[-1]["best_metrics"]["evaluations"] < single[-1]["best_metrics"]["evaluations"]
     evaluated = invoke("evaluate", str(runs["single"]), "--json")
     assert evaluated.exit_code == 0, evaluated.output
 
@@ -120,7 +159,8 @@ def test_the_shipped_recipe_runs_a_generation(tmp_path: Path) -> None:
     overrides = ["run.generations=1", f"run.output_dir={json.dumps(str(tmp_path))}", "topology.rows=2"]
     run_dir = run_tiny(recipe, overrides=overrides)
     (row, *_) = records(run_dir)
-    assert row["mixture_metrics"]["evaluations"] > 0 and 0 < row["mixture_metrics"]["sorted"] < 1
+    assert row["best_metrics"]["evaluations"] > 0 and 0 < row["best_metrics"]["sorted"] < 1
+    assert "mixture" not in row and "mixture_score" not in row  # the recipe disables the mixture
 
 
 def test_sparsity_on_a_problem_without_generator_and_discriminator_is_a_one_line_error(tmp_path: Path) -> None:

@@ -14,7 +14,9 @@ Installed, it logs every run under ``RUN_DIR/tensorboard`` (``tensorboard --logd
   validation stream (``final/best/...``, ``final/best_cell``) and the means over the cells
   (``final/mean_over_cells/mixture/...``, ``.../generator/...``); beside them, labelled, the validation
   figures (``final/best_validation/...``, ``final/validation_mixture_score/cell-0003``); the chosen
-  mixture's weights and its picture.
+  mixture's weights and its picture. A run whose recipe disables the mixture has no weights, and its
+  scores are its cells' best individuals': ``best_score``, ``final/score/cell-0003``,
+  ``final/validation_score/cell-0003``.
 
 A resumed or restarted cell starts its event file with a ``SessionLog.START`` at its first generation, so
 TensorBoard drops the events of the abandoned timeline after that step. tensorboard is imported when the
@@ -177,12 +179,19 @@ class TensorBoard:
             write_best(run, summary)
 
 
+def _scored(record: Mapping[str, Any]) -> str:
+    """What a record scores: ``mixture`` (``mixture_score``, ``mixture_metrics``), or ``best`` (``best_score``,
+    ``best_metrics``: the cell's best individual alone) where the recipe's mixture is disabled."""
+    return "mixture" if "mixture_score" in record else "best"
+
+
 def best_by_generation(records: Iterable[Mapping[str, Any]]) -> dict[int, Mapping[str, Any]]:
-    """generation -> the record with the lowest ``mixture_score`` (ties: the lowest cell)."""
+    """generation -> the record with the lowest ``mixture_score`` (or ``best_score``; ties: the lowest cell)."""
     best: dict[int, Mapping[str, Any]] = {}
     for record in sorted(records, key=lambda r: (r["generation"], r["cell"])):
         current = best.get(record["generation"])
-        if current is None or record["mixture_score"] < current["mixture_score"]:
+        score = record[f"{_scored(record)}_score"]
+        if current is None or score < current[f"{_scored(current)}_score"]:
             best[record["generation"]] = record
     return best
 
@@ -193,21 +202,29 @@ def write_best(run: RunInfo, summary: Mapping[str, Any]) -> None:
     shutil.rmtree(directory, ignore_errors=True)
     writer = EventWriter(directory)
     for generation, record in best_by_generation(run.run_dir.read_metrics()).items():
-        values = [("best/mixture_score", float(record["mixture_score"])), ("best/cell", float(record["cell"]))]
-        values += [(f"best/{tag}", v) for tag, v in scalars(record.get("mixture_metrics", {}))]
+        name = _scored(record)
+        values = [(f"best/{name}_score", float(record[f"{name}_score"])), ("best/cell", float(record["cell"]))]
+        values += [(f"best/{tag}", v) for tag, v in scalars(record.get(f"{name}_metrics", {}))]
         writer.scalars(generation, values)
     final = int(summary["generations"])
     best_cell = int(summary["best_cell"])
     cells = summary["cells"]
     values = [("final/best_cell", float(best_cell))]
     # Reported figures are the test stream's; the validation figures the choice was made on sit beside them.
-    values += [(f"final/best/{tag}", v) for tag, v in scalars(summary["best_mixture"])]
-    values += [(f"final/best_validation/{tag}", v) for tag, v in scalars(summary.get("best_mixture_validation", {}))]
+    # What was chosen: the mixture, or the best individual where the mixture is disabled (``chosen``; summaries
+    # before evogan 0.3 have only ``best_mixture``).
+    chosen = summary.get("chosen") or {
+        "test": summary["best_mixture"],
+        "validation": summary.get("best_mixture_validation", {}),
+    }
+    values += [(f"final/best/{tag}", v) for tag, v in scalars(chosen["test"])]
+    values += [(f"final/best_validation/{tag}", v) for tag, v in scalars(chosen["validation"])]
     for part, metrics in summary.get("mean_over_cells", {}).items():  # mixture, generator
         values += [(f"final/mean_over_cells/{part}/{tag}", v) for tag, v in scalars(metrics)]
-    values += [(f"final/mixture_score/{cell_directory(int(c))}", float(s["mixture_score"])) for c, s in cells.items()]
+    name = "mixture_score" if "mixture_score" in next(iter(cells.values())) else "score"
+    values += [(f"final/{name}/{cell_directory(int(c))}", float(s[name])) for c, s in cells.items()]
     values += [
-        (f"final/validation_mixture_score/{cell_directory(int(c))}", float(s["validation"]["mixture_score"]))
+        (f"final/validation_{name}/{cell_directory(int(c))}", float(s["validation"][name]))
         for c, s in cells.items()
         if "validation" in s
     ]

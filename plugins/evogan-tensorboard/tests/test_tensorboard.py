@@ -71,6 +71,10 @@ def test_best_by_generation_takes_the_lowest_score_then_the_lowest_cell() -> Non
     ]
     best = evogan_tensorboard.best_by_generation(rows)
     assert {g: r["cell"] for g, r in best.items()} == {1: 0, 2: 1}
+    # a run whose recipe disables the mixture scores each cell's best individual (``best_score``)
+    rows = [{"cell": r["cell"], "generation": r["generation"], "best_score": r["mixture_score"]} for r in rows]
+    best = evogan_tensorboard.best_by_generation(rows)
+    assert {g: r["cell"] for g, r in best.items()} == {1: 0, 2: 1}
 
 
 def test_a_failed_write_stops_the_run_with_one_line_naming_the_event_file(tmp_path: Path) -> None:
