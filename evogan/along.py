@@ -40,7 +40,8 @@ def score_along(
 ) -> list[dict[str, Any]]:
     """One row per generation at which every cell kept a checkpoint, oldest first: ``generation``,
     ``steps`` (when the problem says), ``best_cell``, ``test`` (the test figures of the chosen mixture, or
-    individual where the run has no mixture), ``validation`` (its validation figures, which chose it) and ``mean_over_cells`` (test).
+    individual where the run has no mixture), ``validation`` (its validation figures, which chose it) and
+    ``mean_over_cells`` (test).
 
     :param progress: called before each generation is scored with (generation, index, how many).
     """
