@@ -59,6 +59,7 @@ from _common import (
 )
 
 from evogan import recipe as recipes
+from evogan.compare import pooled_sd
 from evogan.cost import (  # the scripts and tests reach the cost model here too
     cost_per_generation,
     discriminators_faced,  # noqa: F401
@@ -342,14 +343,6 @@ def table(script: Script, records: Sequence[Mapping[str, Any]]) -> str:
             cells.append(mean_sd(values, column.digits))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
-
-
-def pooled_sd(a: Sequence[float], b: Sequence[float]) -> float:
-    df = len(a) + len(b) - 2
-    if df < 1:
-        return math.nan
-    spread = sum((x - statistics.fmean(a)) ** 2 for x in a) + sum((x - statistics.fmean(b)) ** 2 for x in b)
-    return math.sqrt(spread / df)
 
 
 def comparisons(script: Script, records: Sequence[Mapping[str, Any]]) -> str:
