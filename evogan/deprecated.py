@@ -2,14 +2,15 @@
 ``DeprecationWarning`` naming its replacement. :data:`DEPRECATIONS` is the one list: the code below, the
 generated docs/reference.md and CHANGELOG.md ("Deprecated") follow it.
 
-A public module serves its old names with ``__getattr__ = module_getattr(__name__, globals())``: Python
-calls it only for names the module does not define, so current names cost nothing. A kept method calls
-:func:`warn` first.
+A public module serves its old names, renamed or moved, with
+``__getattr__ = module_getattr(__name__, globals())``: Python calls it only for names the module does not
+define, so current names cost nothing. A kept method calls :func:`warn` first.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
 import inspect
 import warnings
 from collections.abc import Callable, Mapping
@@ -24,7 +25,7 @@ class Deprecation:
     """An old public name (dotted) and what replaces it."""
 
     old: str
-    new: str  # a dotted name in the same module for a renamed module attribute; else what to use instead
+    new: str  # a dotted name for a renamed or moved module attribute; else what to use instead
     since: str  # the release that deprecated it
     removal: str  # the first release that may remove it
 
@@ -35,6 +36,22 @@ class Deprecation:
         )
 
 
+# names of evogan.api that moved to evogan.adversarial.contracts (0.3.0)
+MOVED_TO_ADVERSARIAL = (
+    "Mutation",
+    "Faced",
+    "Pairing",
+    "GeneratorStep",
+    "SparsityController",
+    "StackedTraining",
+    "DataSource",
+    "DatasetOptions",
+    "Dataset",
+    "Networks",
+    "Loss",
+    "Augment",
+    "Metric",
+)
 DEPRECATIONS: tuple[Deprecation, ...] = (
     Deprecation("evogan.api.Options", "evogan.api.ComponentOptions", since="0.2.0", removal="0.3.0"),
     Deprecation(
@@ -57,6 +74,11 @@ DEPRECATIONS: tuple[Deprecation, ...] = (
             removal="0.4.0",
         )
         for part in ("pairing", "mutation", "sparsity")
+    ),
+    # the adversarial problem's contracts moved out of the generic evogan.api (issue 38)
+    *(
+        Deprecation(f"evogan.api.{name}", f"evogan.adversarial.contracts.{name}", since="0.3.0", removal="0.4.0")
+        for name in MOVED_TO_ADVERSARIAL
     ),
     Deprecation(
         "evogan.individual.Individual.sparse",
@@ -119,7 +141,8 @@ def warn(old: str, *, stacklevel: int = 3) -> None:
 
 
 def module_getattr(module: str, namespace: Mapping[str, Any]) -> Callable[[str], Any]:
-    """A module-level ``__getattr__`` serving ``module``'s renamed attributes from ``namespace``."""
+    """A module-level ``__getattr__`` serving ``module``'s renamed attributes from ``namespace`` and its
+    moved ones from their new module, imported at the first use (so that neither module imports the other)."""
     renamed = {d.old.rpartition(".")[2]: d for d in DEPRECATIONS if d.old.rpartition(".")[0] == module}
 
     def __getattr__(name: str) -> Any:
@@ -128,7 +151,8 @@ def module_getattr(module: str, namespace: Mapping[str, Any]) -> Callable[[str],
             raise AttributeError(f"module {module!r} has no attribute {name!r}")
         # stacklevel 2: the line that imported or read the old name (``from module import Old`` too)
         warnings.warn(deprecation.message(), DeprecationWarning, stacklevel=2)
-        return namespace[deprecation.new.rpartition(".")[2]]
+        home, _, new = deprecation.new.rpartition(".")
+        return namespace[new] if home == module else getattr(importlib.import_module(home), new)
 
     return __getattr__
 

@@ -14,8 +14,9 @@ from typing import Any, TypeVar, get_args, get_origin
 import click
 from pydantic import BaseModel
 
-from evogan.api import KINDS, ComponentOptions
+from evogan.api import ComponentOptions
 from evogan.deprecated import DEPRECATIONS, RECIPE_KEYS, SUMMARY_KEYS
+from evogan.kinds import KINDS
 from evogan.recipe import COMPONENT_TABLES, FIXED_TABLES, nested_kinds
 from evogan.registry import KIND_HOOKS, Registries
 
@@ -106,7 +107,7 @@ def recipe_reference(registries: Registries) -> str:
 
 
 def kinds_reference(registries: Registries) -> list[str]:
-    """One row per component kind (evogan.api.KINDS): its base class, registration hook and where the
+    """One row per component kind (evogan.kinds.KINDS): its base class, registration hook and where the
     built-in recipe tables choose it (its own table, or a nested one such as ``[problem.data]``)."""
     tables: dict[str, list[str]] = {}
     for table, (kind, _) in COMPONENT_TABLES.items():
@@ -157,7 +158,15 @@ def cli_reference(group: click.Group) -> str:
 
 
 # The public contract with third-party plugins: each module's __all__, and the hooks of evogan.hookspecs.
-PUBLIC_MODULES = ("evogan", "evogan.api", "evogan.adversarial", "evogan.genetic", "evogan.hookspecs", "evogan.testing")
+PUBLIC_MODULES = (
+    "evogan",
+    "evogan.api",
+    "evogan.adversarial",
+    "evogan.adversarial.contracts",
+    "evogan.genetic",
+    "evogan.hookspecs",
+    "evogan.testing",
+)
 
 
 def _summary(thing: Any) -> str:

@@ -1,7 +1,7 @@
 """Every extension point of evogan, as pluggy hook specifications (project name ``evogan``).
 
 Hooks are called with keyword arguments and an implementation may accept any subset, so specs only grow at the end.
-Registration hooks, one per component kind (:data:`evogan.api.KINDS`), receive a ``register`` callable that takes a
+Registration hooks, one per component kind (:data:`evogan.kinds.KINDS`), receive a ``register`` callable that takes a
 component class; a name registered twice is an error naming both plugins. Each lifecycle event fires once however
 many processes run: per-run hooks in the process that drives the run (worker rank 0), per-cell hooks in the process
 that runs the cell, and the launching process fires them for plugin objects that live only there (``extra=``).
@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import pluggy
 
-from evogan.api import KINDS, Component
+from evogan.api import Component
+from evogan.kinds import KINDS
 from evogan.plugin_manager import PROJECT
 
 if TYPE_CHECKING:
@@ -37,14 +38,14 @@ def _registration_spec(base: type[Component[Any]]) -> Callable[..., None]:
     summary = (base.__doc__ or "").strip().splitlines()[0].rstrip(".")
     spec.__name__ = spec.__qualname__ = base.hook
     spec.__doc__ = (
-        f"Register :class:`evogan.api.{base.__name__}` classes ({summary[:1].lower()}{summary[1:]}).\n\n"
+        f"Register :class:`{base.__module__}.{base.__name__}` classes ({summary[:1].lower()}{summary[1:]}).\n\n"
         ":param register: call with each component class.\n\n"
         "Called in: every process, once per plugin manager.\n"
     )
     return hookspec(spec)
 
 
-# One registration hook per component kind (evogan.api.KINDS): evogan_register_topologies, ...
+# One registration hook per component kind (evogan.kinds.KINDS): evogan_register_topologies, ...
 for _base in KINDS:
     globals()[_base.hook] = _registration_spec(_base)
 del _base

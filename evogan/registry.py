@@ -9,9 +9,9 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from evogan.adversarial import adapt_problem
-from evogan.api import KINDS
 from evogan.deprecated import adapt_signatures
 from evogan.errors import ComponentConflictError, UserError
+from evogan.kinds import KINDS
 from evogan.plugin_manager import PluginManager, first_line
 
 if TYPE_CHECKING:
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
     from evogan.api import Component
 
-# kind -> the registration hook that fills it (from evogan.api.KINDS, in the order `evogan components` prints).
+# kind -> the registration hook that fills it (from evogan.kinds.KINDS, in the order `evogan components` prints).
 KIND_HOOKS: dict[str, str] = {base.kind: base.hook for base in KINDS}
 
 

@@ -12,7 +12,7 @@ import torch
 from click.testing import CliRunner
 from test_sparse import FakeIndividual, make, pair, rng, train
 
-from evogan.api import GeneratorStep
+from evogan.adversarial.contracts import GeneratorStep
 from evogan.builtin import sparsity as builtin
 from evogan.cli import _attach_commands, cli
 from evogan.engine.rundir import RunDirectory

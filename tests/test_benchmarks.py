@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import _controls
 import mode_collapse
 
-from evogan.api import Pairing
+from evogan.adversarial.contracts import Pairing
 from evogan.plugins import make_plugin_manager
 from evogan.recipe import build_nested
 from evogan.registry import Registries

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 import torch
 
-from evogan.api import ComponentOptions, SparsityController
+from evogan.adversarial.contracts import SparsityController
+from evogan.api import ComponentOptions
 from evogan.builtin import sparsity
 from evogan.engine.cell import Cell
 from evogan.engine.codec import Codec, Manifest, Message

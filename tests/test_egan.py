@@ -15,7 +15,7 @@ from test_run import metrics, one_line_error, run  # pytest puts tests/ on sys.p
 from torch import nn
 
 from evogan import recipe as recipes
-from evogan.api import Loss
+from evogan.adversarial.contracts import Loss
 from evogan.builtin.gan.egan import WINS
 from evogan.builtin.gan.losses import LOSSES
 from evogan.builtin.gan.problem import GanProblem

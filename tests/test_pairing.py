@@ -30,7 +30,7 @@ from test_vectorized import assert_real_choices
 
 from evogan import hookimpl
 from evogan import recipe as recipes
-from evogan.api import Pairing
+from evogan.adversarial.contracts import Pairing
 from evogan.cli import _attach_commands, cli
 from evogan.engine.cell import Cell, finish
 from evogan.engine.run import build_settings, build_topology

@@ -20,7 +20,7 @@ import evogan
 from evogan import hookimpl, plugins
 from evogan import recipe as recipes
 from evogan.api import Selection
-from evogan.deprecated import DEPRECATIONS
+from evogan.deprecated import DEPRECATIONS, MOVED_TO_ADVERSARIAL
 from evogan.docs import PUBLIC_MODULES
 from evogan.errors import ComponentConflictError, UserError
 from evogan.plugins import (
@@ -129,9 +129,13 @@ def test_every_hookspec_is_documented() -> None:
 
 
 def test_every_kind_follows_from_its_base_class() -> None:
-    """api.KINDS is the one list of kinds: registry, registration hookspecs and docs follow from it."""
-    from evogan import hookspecs
-    from evogan.api import KINDS, Component
+    """kinds.KINDS is the one list of kinds: registry, registration hookspecs and docs follow from it."""
+    from evogan import api, hookspecs
+    from evogan.adversarial import contracts
+    from evogan.api import Component
+    from evogan.kinds import KINDS
+
+    assert set(KINDS) == {*api.KINDS, *contracts.KINDS} and len(KINDS) == len(api.KINDS) + len(contracts.KINDS)
 
     assert list(KIND_HOOKS) == [base.kind for base in KINDS]
     assert set(KIND_HOOKS.values()) == {n for n in dir(hookspecs) if n.startswith("evogan_register")}
@@ -139,7 +143,23 @@ def test_every_kind_follows_from_its_base_class() -> None:
     for base in KINDS:
         assert issubclass(base, Component) and base.__doc__, base
         assert getattr(pm.hook, base.hook).spec.argnames == ("register",)
-        assert f"evogan.api.{base.__name__}" in getattr(hookspecs, base.hook).__doc__
+        assert f"{base.__module__}.{base.__name__}" in getattr(hookspecs, base.hook).__doc__
+
+
+@pytest.mark.parametrize("name", MOVED_TO_ADVERSARIAL)
+def test_moved_gan_contract_warns_once_and_is_the_same_class(name: str) -> None:
+    """The adversarial problem's contracts left evogan.api (0.3.0): the old path warns once, naming the new."""
+    import evogan.api as api
+    from evogan.adversarial import contracts
+
+    message = rf"evogan\.api\.{name} is deprecated .*: use evogan\.adversarial\.contracts\.{name}$"
+    with pytest.warns(DeprecationWarning, match=message) as caught:
+        exec(f"from evogan.api import {name} as old", namespace := {"__name__": "plugin_0_2"})
+    assert len(caught) == 1 and caught[0].filename == "<string>"  # attributed to the importing line
+    assert namespace["old"] is getattr(contracts, name)
+    with pytest.warns(DeprecationWarning, match=name) as caught:
+        assert getattr(api, name) is getattr(contracts, name)
+    assert len(caught) == 1
 
 
 # Built-in names that are also ordinary words in a module outside builtin/, each with what it means there.
@@ -516,7 +536,7 @@ def test_installed_frozen_plugin_runs_in_worker_processes(third_party: dict[str,
 
 
 # ------------------------------------------------- methods written for 0.1, before the engine's new keywords
-class LossFor01(evogan.api.Loss[evogan.api.ComponentOptions]):
+class LossFor01(evogan.adversarial.contracts.Loss[evogan.api.ComponentOptions]):
     """BCE as a 0.1 plugin wrote it: ``generator_loss`` without the ``generator`` keyword."""
 
     name = "loss_for_0_1"

@@ -14,7 +14,7 @@ from test_vectorized import BatchNormPlugin
 from torch import nn
 
 from evogan import recipe as recipes
-from evogan.api import DataSource
+from evogan.adversarial.contracts import DataSource
 from evogan.builtin.gan.data import TensorSource
 from evogan.builtin.gan.problem import GanProblem, batch_dependent
 from evogan.builtin.gan.toy import MixtureSource

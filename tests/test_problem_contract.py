@@ -61,7 +61,8 @@ def test_a_problem_builds_its_components_through_the_context_and_registries_warn
 
     import torch
 
-    from evogan.api import Dataset, ProblemContext
+    from evogan.adversarial.contracts import Dataset
+    from evogan.api import ProblemContext
     from evogan.plugins import make_plugin_manager
     from evogan.recipe import ComponentRef, build_nested
     from evogan.registry import Registries
@@ -83,7 +84,8 @@ def test_an_adversarial_problem_owns_its_parts_and_options_without_them_get_the_
     import numpy as np
     import torch
 
-    from evogan.api import ComponentOptions, ProblemContext, SparsityController
+    from evogan.adversarial.contracts import SparsityController
+    from evogan.api import ComponentOptions, ProblemContext
     from evogan.builtin.gan.problem import GanOptions
     from evogan.plugins import make_plugin_manager
     from evogan.recipe import build_nested

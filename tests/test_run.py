@@ -13,7 +13,8 @@ from click.testing import CliRunner
 
 from evogan import hookimpl
 from evogan import recipe as recipes
-from evogan.api import ComponentOptions, DataSource, Metric
+from evogan.adversarial.contracts import DataSource, Metric
+from evogan.api import ComponentOptions
 from evogan.cli import _attach_commands, cli
 from evogan.engine.cell import Cell
 from evogan.engine.run import (

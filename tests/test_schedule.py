@@ -8,7 +8,8 @@ from typing import ClassVar
 import pytest
 import torch
 
-from evogan.api import ComponentOptions, GeneratorStep, Problem, SparsityController
+from evogan.adversarial.contracts import GeneratorStep, SparsityController
+from evogan.api import ComponentOptions, Problem
 from evogan.builtin.gan.schedule import CriticSchedule
 from evogan.errors import RecipeError
 from evogan.hookspecs import Register, hookimpl

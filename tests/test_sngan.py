@@ -13,7 +13,7 @@ import torch
 from torch import nn
 from torch.nn.utils import parametrize
 
-from evogan.api import GeneratorStep, Metric
+from evogan.adversarial.contracts import GeneratorStep, Metric
 from evogan.builtin import sparsity as builtin
 from evogan.builtin.gan import sngan
 from evogan.errors import UserError

@@ -13,7 +13,7 @@ import torch
 from pydantic import ValidationError
 from torch import nn
 
-from evogan.api import GeneratorStep
+from evogan.adversarial.contracts import GeneratorStep
 from evogan.builtin import sparsity as builtin
 from evogan.errors import MessageRejected, UserError
 from evogan.individual import SPARSE

@@ -14,7 +14,8 @@ import torch
 from pydantic import ConfigDict
 
 from evogan import hookimpl
-from evogan.api import ComponentOptions, Loss, Mutation, Networks, Role, Selection, Topology
+from evogan.adversarial.contracts import Loss, Mutation, Networks
+from evogan.api import ComponentOptions, Role, Selection, Topology
 from evogan.builtin.gan.image_metrics import INCEPTION_FILE
 from evogan.builtin.gan.image_networks import MnistMlp
 from evogan.builtin.gan.toy import GaussianGrid, GaussianRing, Mlp2d

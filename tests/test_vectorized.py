@@ -22,7 +22,8 @@ from click.testing import CliRunner
 from test_run import metrics, run  # pytest puts tests/ on sys.path (rootdir conftest, prepend mode)
 from torch import nn
 
-from evogan.api import Metric, Networks, Role
+from evogan.adversarial.contracts import Metric, Networks
+from evogan.api import Role
 from evogan.builtin.gan.image_networks import MnistMlp
 from evogan.builtin.gan.stacked import Stack, linear_plan, run_plan
 from evogan.builtin.sparsity import Static

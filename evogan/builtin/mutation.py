@@ -9,7 +9,8 @@ from typing import ClassVar
 import numpy as np
 from pydantic import Field
 
-from evogan.api import ComponentOptions, Mutation
+from evogan.adversarial.contracts import Mutation
+from evogan.api import ComponentOptions
 from evogan.hookspecs import Register, hookimpl
 
 

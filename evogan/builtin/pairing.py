@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 import numpy as np
 from pydantic import Field, model_validator
 
-from evogan.api import ComponentOptions, Faced, Opponents, Pairing
+from evogan.adversarial.contracts import Faced, Pairing
+from evogan.api import ComponentOptions, Opponents
 from evogan.hookspecs import Register, hookimpl
 
 if TYPE_CHECKING:

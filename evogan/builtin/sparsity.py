@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from evogan.api import ComponentOptions, GeneratorStep, Problem, SparsityController
+from evogan.adversarial.contracts import GeneratorStep, SparsityController
+from evogan.api import ComponentOptions, Problem
 from evogan.hookspecs import Register, hookimpl
 from evogan.sparse.controller import MaskedController
 from evogan.sparse.options import AdaptOptions, AdaptStrictOptions, DstOptions, StaticOptions

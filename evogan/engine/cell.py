@@ -18,14 +18,8 @@ import numpy as np
 import torch
 from deap import tools
 
-from evogan.api import (
-    Opponents,
-    Problem,
-    Role,
-    Selection,
-    SparsityController,
-    Variation,
-)
+from evogan.adversarial.contracts import SparsityController
+from evogan.api import Opponents, Problem, Role, Selection, Variation
 from evogan.engine.codec import Codec, Manifest, Message
 from evogan.engine.divergence import restore, snapshot
 from evogan.engine.migration import migrate

@@ -6,9 +6,10 @@ Everything a message must pass before a cell adopts it lives here: the envelope'
 the tensor manifest against the local model, the masked encoding (:mod:`evogan.transport.masked`), the
 optimizer state (keys and shapes as this cell's own optimizer keeps them) and the meta fields (learning
 rate, id, fitness, and the controller state, which the sparsity controller checks:
-:meth:`~evogan.api.SparsityController.check_wire_state`), each type-checked before use. A failure raises
-:class:`~evogan.errors.MessageRejected` naming the field (the cell drops and counts it), except a neighbour
-whose messages never carried this recipe: that is a misconfigured run, stopped at once with the cell named.
+:meth:`~evogan.adversarial.contracts.SparsityController.check_wire_state`), each type-checked before use.
+A failure raises :class:`~evogan.errors.MessageRejected` naming the field (the cell drops and counts it),
+except a neighbour whose messages never carried this recipe: that is a misconfigured run, stopped at once
+with the cell named.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from typing import Any
 
 import torch
 
-from evogan.api import ROLES, Role, SparsityController
+from evogan.adversarial.contracts import SparsityController
+from evogan.api import ROLES, Role
 from evogan.engine.optimizer_state import checked_state, moment_manifest, optimizer_tensors, split, state_layout
 from evogan.errors import MessageRejected, RunFailure
 from evogan.individual import AVERAGE, SPARSE, Individual, all_finite, layout_extra, wire_masks

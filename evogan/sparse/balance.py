@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from torch import nn
 
     from evogan.adversarial import AdversarialProblem
-    from evogan.api import GeneratorStep
+    from evogan.adversarial.contracts import GeneratorStep
 
 
 

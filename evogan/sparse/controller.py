@@ -13,7 +13,8 @@ import copy
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
-from evogan.api import GeneratorStep, Problem, SparsityController
+from evogan.adversarial.contracts import GeneratorStep, SparsityController
+from evogan.api import Problem
 from evogan.individual import SPARSE
 from evogan.lazy import lazy
 from evogan.sparse.options import AdaptOptions, AdaptStrictOptions, DstOptions, StaticOptions

@@ -17,21 +17,8 @@ import numpy as np
 import torch
 from pydantic import ValidationError
 
-from evogan.api import (
-    ROLES,
-    Component,
-    ComponentOptions,
-    Dataset,
-    Faced,
-    Loss,
-    Mutation,
-    Networks,
-    Opponents,
-    Pairing,
-    Role,
-    Selection,
-    Topology,
-)
+from evogan.adversarial.contracts import Dataset, Faced, Loss, Mutation, Networks, Pairing
+from evogan.api import ROLES, Component, ComponentOptions, Opponents, Role, Selection, Topology
 from evogan.individual import Individual
 
 ComponentT = TypeVar("ComponentT", bound=Component[Any])

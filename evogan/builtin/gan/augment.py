@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
 
 from pydantic import Field
 
-from evogan.api import Augment, ComponentOptions
+from evogan.adversarial.contracts import Augment
+from evogan.api import ComponentOptions
 from evogan.hookspecs import Register, hookimpl
 from evogan.lazy import lazy
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from evogan.api import DataSource
+from evogan.adversarial.contracts import DataSource
 from evogan.lazy import lazy
 
 if TYPE_CHECKING:

@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, field_validator
 
-from evogan.api import ComponentOptions, Loss
+from evogan.adversarial.contracts import Loss
+from evogan.api import ComponentOptions
 from evogan.individual import Individual
 from evogan.lazy import lazy
 from evogan.recipe import component_names_field

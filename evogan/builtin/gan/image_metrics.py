@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from evogan.api import ComponentOptions, DataSource, Metric
+from evogan.adversarial.contracts import DataSource, Metric
+from evogan.api import ComponentOptions
 from evogan.download import Remote, by_hand, cache_dir, downloads_allowed, fetch
 from evogan.errors import UserError
 from evogan.hookspecs import Register, hookimpl

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 import numpy as np
 from pydantic import Field
 
-from evogan.api import Dataset, DatasetOptions, DataSource
+from evogan.adversarial.contracts import Dataset, DatasetOptions, DataSource
 from evogan.builtin.gan.data import LoaderSource, TensorSource
 from evogan.download import Remote, cache_dir, downloads_allowed, fetch
 from evogan.errors import UserError

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, ClassVar
 
-from evogan.api import Loss
+from evogan.adversarial.contracts import Loss
 from evogan.lazy import lazy
 
 if TYPE_CHECKING:

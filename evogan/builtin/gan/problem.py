@@ -15,9 +15,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from pydantic import Field, model_validator
 
 from evogan.adversarial import AdversarialProblem
-from evogan.api import (
+from evogan.adversarial.contracts import (
     Augment,
-    ComponentOptions,
     Dataset,
     DatasetOptions,
     DataSource,
@@ -25,14 +24,9 @@ from evogan.api import (
     Loss,
     Metric,
     Networks,
-    ProblemContext,
-    Role,
-    Sampler,
-    ScoreStream,
-    StackedFitness,
     StackedTraining,
-    Variation,
 )
+from evogan.api import ComponentOptions, ProblemContext, Role, Sampler, ScoreStream, StackedFitness, Variation
 from evogan.builtin.gan.egan import Egan, EganOptions
 from evogan.builtin.gan.modes import evaluating
 from evogan.builtin.gan.schedule import CriticSchedule

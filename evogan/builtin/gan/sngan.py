@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, ClassVar
 
 from pydantic import Field
 
-from evogan.api import ComponentOptions, Networks, Role
+from evogan.adversarial.contracts import Networks
+from evogan.api import ComponentOptions, Role
 from evogan.errors import UserError
 from evogan.hookspecs import Register, hookimpl
 from evogan.lazy import lazy

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, vmap
 
-from evogan.api import Augment, Faced, GeneratorStep, Loss, StackedTraining
+from evogan.adversarial.contracts import Augment, Faced, GeneratorStep, Loss, StackedTraining
 from evogan.individual import Individual
 from evogan.precision import Precision
 
@@ -536,7 +536,7 @@ class Opposed:
 
 
 class StackedGan(StackedTraining):
-    """:class:`~evogan.api.StackedTraining` for :class:`~evogan.builtin.gan.problem.GanProblem`."""
+    """:class:`~evogan.adversarial.contracts.StackedTraining` for :class:`~evogan.builtin.gan.problem.GanProblem`."""
 
     def __init__(
         self,

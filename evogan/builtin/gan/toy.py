@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, ClassVar, Literal, TypeVar
 
 from pydantic import Field
 
-from evogan.api import ComponentOptions, Dataset, DatasetOptions, DataSource, Metric, Networks, Role
+from evogan.adversarial.contracts import Dataset, DatasetOptions, DataSource, Metric, Networks
+from evogan.api import ComponentOptions, Role
 from evogan.builtin.gan.data import TensorSource
 from evogan.errors import UserError
 from evogan.lazy import lazy

@@ -2,7 +2,7 @@
 
 Mixing non-saturating BCE, least-squares and the 'heuristic' loss varies the generator's gradient signal
 and, in spatial coevolution, diversifies the cells. The draw uses the cell's random stream handed to
-:meth:`evogan.api.Loss.generator_loss`, and nothing is stored between calls: the original's shared,
+:meth:`evogan.adversarial.contracts.Loss.generator_loss`, and nothing is stored between calls: the original's shared,
 stateful loss object let one network's draw leak into another's loss.
 """
 
@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 from pydantic import Field, field_validator
 
 from evogan import hookimpl
-from evogan.api import ComponentOptions, Loss
+from evogan.adversarial.contracts import Loss
+from evogan.api import ComponentOptions
 from evogan.hookspecs import Register
 from evogan.lazy import lazy
 

@@ -3,8 +3,8 @@ other (Lipizzaner's generation). GAN problems implement :class:`AdversarialProbl
 the generic :class:`evogan.api.Problem`, whose ``vary`` this class implements as training.
 
 A generation's training is one loop (:func:`_train`) on one of two backends: :class:`RowByRow` steps each
-individual through the problem's own steps; a :class:`evogan.api.StackedTraining` (``run.vectorize``) steps
-the cells of one process as rows of one batched computation. Both draw each cell's pairing and mutations
+individual through the problem's own steps; a :class:`~evogan.adversarial.contracts.StackedTraining` (``run.vectorize``)
+steps the cells of one process as rows of one batched computation. Both draw each cell's pairing and mutations
 from its own streams in the same order, so they agree within float tolerance.
 """
 
@@ -16,21 +16,8 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from evogan.api import (
-    ROLES,
-    ComponentOptions,
-    Faced,
-    GeneratorStep,
-    Mutation,
-    OptionsT,
-    Pairing,
-    Problem,
-    ProblemContext,
-    Role,
-    SparsityController,
-    StackedTraining,
-    Variation,
-)
+from evogan.adversarial.contracts import Faced, GeneratorStep, Mutation, Pairing, SparsityController, StackedTraining
+from evogan.api import ROLES, ComponentOptions, OptionsT, Problem, ProblemContext, Role, Variation
 from evogan.errors import UserError
 from evogan.individual import AVERAGE, Individual, layout_extra
 
