@@ -37,7 +37,6 @@ import argparse
 import hashlib
 import json
 import math
-import statistics
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -59,7 +58,7 @@ from _common import (
 )
 
 from evogan import recipe as recipes
-from evogan.compare import pooled_sd
+from evogan.compare import contrast
 from evogan.cost import (  # the scripts and tests reach the cost model here too
     cost_per_generation,
     discriminators_faced,  # noqa: F401
@@ -345,15 +344,27 @@ def table(script: Script, records: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def versus(a: Sequence[float], b: Sequence[float], higher_is_better: bool) -> str:
+    """The table cells of ``a`` (a grid) against ``b`` (a control), from :func:`evogan.compare.contrast`:
+    both means ± sd, the difference of the means, the pooled sd, whether ``a`` is better by more than that
+    sd, and Welch's two-sided p."""
+    figures = contrast(a, b)
+    difference, sd, p = figures["difference"], figures["pooled_sd"], figures["p"]
+    better = difference > sd if higher_is_better else -difference > sd
+    verdict = "n/a (one run each)" if math.isnan(sd) else ("yes" if better else "no")
+    welch = "-" if math.isnan(p) else f"{p:.2g}"
+    return f"{mean_sd(a)} | {mean_sd(b)} | {difference:+.3g} | {sd:.2g} | {verdict} | {welch}"
+
+
 def comparisons(script: Script, records: Sequence[Mapping[str, Any]]) -> str:
     """Each grid against its controls on the target figure (test): the difference of the means, the
-    pooled sd, and whether the grid is better by more than that sd."""
+    pooled sd, whether the grid is better by more than that sd, and Welch's p (:func:`versus`)."""
     by = groups(records)
     path = ("test", "best_mixture", *script.target)
     lines = [
         f"| recipe | --set | grid | control | {script.target[-1]} grid | control | difference | pooled sd "
-        "| better by > sd |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| better by > sd | Welch p |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for (recipe, extra, base, name), runs in sorted(by.items()):
         if not name.startswith("grid-") or name == "grid-1x1":
@@ -364,14 +375,8 @@ def comparisons(script: Script, records: Sequence[Mapping[str, Any]]) -> str:
             if not others:
                 continue
             a, b = [lookup(r, path) for r in runs], [lookup(r, path) for r in others]
-            difference = statistics.fmean(a) - statistics.fmean(b)
-            sd = pooled_sd(a, b)
-            better = difference > sd if script.higher_is_better else -difference > sd
-            verdict = "n/a (one run each)" if math.isnan(sd) else ("yes" if better else "no")
-            lines.append(
-                f"| {recipe} | {extra or '-'} | {name} | {control} | {mean_sd(a)} | {mean_sd(b)} | "
-                f"{difference:+.3g} | {sd:.2g} | {verdict} |"
-            )
+            cells = versus(a, b, script.higher_is_better)
+            lines.append(f"| {recipe} | {extra or '-'} | {name} | {control} | {cells} |")
     return "\n".join(lines)
 
 
