@@ -297,7 +297,8 @@ def summarise(
     rows = []
     for (name, (kind, at)), entries in sorted(by_point.items(), key=lambda i: (list(groups).index(i[0][0]), i[0][1])):
         entries.sort(key=lambda e: e[0])
-        cells = next((row["mean_over_cells"] for _, row in entries if row.get("mean_over_cells")), {})
+        recorded = (row["mean_over_cells"] for _, row in entries if row.get("mean_over_cells"))
+        cells: Mapping[str, Any] = next(recorded, {})
         alone = next((role for role in cells if role != "mixture"), "mixture" if cells else "generator")
         test = [float(row["test"][metric]) for _, row in entries]
         row_out: dict[str, Any] = {
@@ -308,7 +309,7 @@ def summarise(
             "test": spread(test),
             "validation": _spread_of(entries, lambda row: (row.get("validation") or {}).get(metric)),
             f"mean_cell_{alone}": _spread_of(
-                entries, lambda row: ((row.get("mean_over_cells") or {}).get(alone) or {}).get(metric)
+                entries, lambda row, alone=alone: ((row.get("mean_over_cells") or {}).get(alone) or {}).get(metric)
             ),
         }
         other = by_point.get((base, (kind, at))) if name != base else None
