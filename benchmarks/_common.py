@@ -1,19 +1,25 @@
 """Helpers shared by the benchmark scripts: run a recipe in this process and read its results; the raw
-per-run logs (``benchmarks/logs/<script>/<commit>.jsonl``) that every table is re-derived from."""
+per-run logs (``benchmarks/logs/<script>/<commit>.jsonl``) that every table is re-derived from. The logs are
+written as ``evogan sweep`` writes its lines (:func:`append_log` is its ``append_line``) and the tables'
+mean ± sd is ``evogan compare``'s (:func:`mean_sd`)."""
 
 from __future__ import annotations
 
 import json
 import os
 import platform
-import statistics
 import subprocess
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from evogan.compare import mean_sd  # the scripts' mean ± sd: evogan compare's, one code path
 from evogan.runtime.single import prepare, run_in_process
+from evogan.sweep import append_line as append_log  # one run, one line, in one O_APPEND write
+
+__all__ = ["LOGS", "ROOT", "append_log", "git_commit", "log_path", "machine", "mean_sd", "quiet_overrides"]
+__all__ += ["read_logs", "run_recipe", "timings"]
 
 ROOT = Path(__file__).resolve().parents[1]
 LOGS = ROOT / "benchmarks" / "logs"
@@ -47,17 +53,6 @@ def timings(run_dir: Path) -> list[dict[str, float]]:
     return [json.loads(line) for line in (run_dir / "timings.jsonl").read_text().splitlines()]
 
 
-def mean_sd(values: Sequence[float], digits: int | None = None) -> str:
-    """Mean ± sd over seeds: three significant digits (two for the sd), or ``digits`` decimals for both."""
-    if digits is None:
-        mean, sd = "{:.3g}", "{:.2g}"
-    else:
-        mean = sd = f"{{:.{digits}f}}"
-    if len(values) == 1:
-        return mean.format(values[0])
-    return f"{mean.format(statistics.mean(values))} ± {sd.format(statistics.stdev(values))}"
-
-
 # ------------------------------------------------------------------------------------------ raw logs
 def git_commit() -> tuple[str, bool]:
     """HEAD's short hash and whether tracked files differ from it (figures of a dirty tree do not
@@ -82,20 +77,6 @@ def log_path(script: str, log_dir: Path = LOGS) -> Path:
     """``<log_dir>/<script>/<commit>.jsonl`` (``<commit>-dirty.jsonl`` for a tree with changes)."""
     commit, dirty = git_commit()
     return log_dir / script / f"{commit}{'-dirty' if dirty else ''}.jsonl"
-
-
-def append_log(path: Path, record: dict[str, Any]) -> None:
-    """One run, one line, written at once (a matrix cut short keeps every finished run): a single
-    ``O_APPEND`` write, so processes running parts of a matrix side by side may share one log."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = (json.dumps(record, sort_keys=True) + "\n").encode()
-    handle = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        written = os.write(handle, data)
-        if written != len(data):  # a full disk: say so rather than leave half a line unnoticed
-            raise OSError(f"{path}: wrote {written} of {len(data)} bytes")
-    finally:
-        os.close(handle)
 
 
 def read_logs(paths: Iterable[Path]) -> list[dict[str, Any]]:

@@ -27,8 +27,13 @@ training FLOPs come nearest the grid's.
 Every run appends one JSON line to ``benchmarks/logs/<script>/<commit>.jsonl`` (``-dirty`` when tracked
 files differed from the commit): the recipe and every override, seed, commit, the validation and test
 figures (the mixture chosen on validation, the generator chosen on validation, every cell's), the means
-over the cells (test), training FLOPs, wall time and the machine's load. Tables show test figures only
-and come from those lines alone (``--summarise``).
+over the cells (test), training FLOPs, wall time and the machine's load, and the run's ``key`` (as
+``evogan sweep`` keys its runs: recipe, grid, the configuration's overrides, seed, generations, ``--set``).
+The line is written as ``evogan sweep`` writes its own, and a run whose key is already in the commit's log
+is skipped: the same command again resumes a matrix cut short. Tables show test figures only and come
+from those lines alone (``--summarise``), their statistics from :mod:`evogan.compare`; ``evogan compare``
+reads the same lines (``evogan compare benchmarks/logs/mode_collapse --config grid-3x3 --config
+lone-steps --baseline config=lone-steps``: mean ± sd, difference, pooled sd and Welch's test).
 """
 
 from __future__ import annotations
@@ -37,7 +42,6 @@ import argparse
 import hashlib
 import json
 import math
-import statistics
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -59,7 +63,7 @@ from _common import (
 )
 
 from evogan import recipe as recipes
-from evogan.compare import pooled_sd
+from evogan.compare import contrast
 from evogan.cost import (  # the scripts and tests reach the cost model here too
     cost_per_generation,
     discriminators_faced,  # noqa: F401
@@ -67,6 +71,7 @@ from evogan.cost import (  # the scripts and tests reach the cost model here too
 )
 from evogan.plugins import make_plugin_manager
 from evogan.registry import Registries
+from evogan.sweep import read_keys, run_key
 
 BUILTIN = "evogan.builtin."  # the plugin name of every built-in component's module
 
@@ -243,44 +248,58 @@ def run_matrix(script: Script, args: argparse.Namespace) -> Path:
     runs = [named for named in same.values() if wanted & {c.name for c in named}]
     path = log_path(script.name, args.log_dir)
     commit, dirty = git_commit()
-    for seed in args.seeds:
-        for named in runs:
-            config = named[0]
-            overrides = overrides_of(script, args, config, seed, output)
-            recipe = load(script, registries, overrides)
-            flops, steps = training_flops(recipe, registries)
-            before, started = machine(), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-            summary, wall, run_dir = run_recipe(script.recipe, overrides)
-            record = {
-                "script": script.name,
-                "configs": [c.name for c in named],
-                "what": config.what,
-                "recipe": str(script.recipe.relative_to(ROOT)),
-                "recipe_sha": recipe_sha(script.recipe),
-                "set": [*script.base(args), *args.set],  # what this invocation changed for every run
-                "overrides": [o for o in overrides if not o.startswith("run.output_dir=")],
-                "base_generations": args.generations,
-                "grid": config.grid,
-                "pairing": recipe.choices["problem"].options.pairing.use,
-                "selection": recipe.population.selection,
-                "generations": config.generations,
-                "seed": seed,
-                "commit": commit,
-                "dirty": dirty,
-                "generator_steps_per_cell": steps,
-                "training_flops": flops,
-                **figures(summary, script),
-                "wall_s": wall,
-                "started": started,
-                "machine": {**before, "load_end": machine()["load"]},
-                "threads": args.threads,
-                "run_dir": str(run_dir),
-            }
-            append_log(path, record)
-            target = lookup(record, ("test", "best_mixture", *script.target))
-            names = "/".join(record["configs"])
-            print(f"{names} seed {seed}: {script.target[-1]} {target:.4g} ({wall:.0f} s)", flush=True)
+    done = read_keys(path)  # resumable as evogan sweep is: a run already in this commit's log is skipped
+    planned = [(seed, named, key(script, args, named[0], seed)) for seed in args.seeds for named in runs]
+    if skipped := sum(k in done for _, _, k in planned):
+        print(f"{skipped} of {len(planned)} runs already in {path}: skipped", flush=True)
+    for seed, named, identity in planned:
+        if identity in done:
+            continue
+        config = named[0]
+        overrides = overrides_of(script, args, config, seed, output)
+        recipe = load(script, registries, overrides)
+        flops, steps = training_flops(recipe, registries)
+        before, started = machine(), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        summary, wall, run_dir = run_recipe(script.recipe, overrides)
+        record = {
+            "key": identity,
+            "script": script.name,
+            "configs": [c.name for c in named],
+            "what": config.what,
+            "recipe": str(script.recipe.relative_to(ROOT)),
+            "recipe_sha": recipe_sha(script.recipe),
+            "set": [*script.base(args), *args.set],  # what this invocation changed for every run
+            "overrides": [o for o in overrides if not o.startswith("run.output_dir=")],
+            "base_generations": args.generations,
+            "grid": config.grid,
+            "pairing": recipe.choices["problem"].options.pairing.use,
+            "selection": recipe.population.selection,
+            "generations": config.generations,
+            "seed": seed,
+            "commit": commit,
+            "dirty": dirty,
+            "generator_steps_per_cell": steps,
+            "training_flops": flops,
+            **figures(summary, script),
+            "wall_s": wall,
+            "started": started,
+            "machine": {**before, "load_end": machine()["load"]},
+            "threads": args.threads,
+            "run_dir": str(run_dir),
+        }
+        append_log(path, record)
+        target = lookup(record, ("test", "best_mixture", *script.target))
+        names = "/".join(record["configs"])
+        print(f"{names} seed {seed}: {script.target[-1]} {target:.4g} ({wall:.0f} s)", flush=True)
     return path
+
+
+def key(script: Script, args: argparse.Namespace, config: Configuration, seed: int) -> str:
+    """What makes a run the same run for resuming, as ``evogan sweep`` keys its runs: the recipe, the
+    grid and the configuration's overrides, the seed, the generations and the invocation's ``--set``."""
+    variation = {"grid": config.grid, "overrides": " ".join(config.overrides)}
+    sets = [*script.base(args), *args.set]
+    return run_key(script.recipe.relative_to(ROOT), variation, seed, config.generations, sets)
 
 
 # ------------------------------------------------------------------------------------------ tables
@@ -345,15 +364,27 @@ def table(script: Script, records: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def versus(a: Sequence[float], b: Sequence[float], higher_is_better: bool) -> str:
+    """The table cells of ``a`` (a grid) against ``b`` (a control), from :func:`evogan.compare.contrast`:
+    both means ± sd, the difference of the means, the pooled sd, whether ``a`` is better by more than that
+    sd, and Welch's two-sided p."""
+    figures = contrast(a, b)
+    difference, sd, p = figures["difference"], figures["pooled_sd"], figures["p"]
+    better = difference > sd if higher_is_better else -difference > sd
+    verdict = "n/a (one run each)" if math.isnan(sd) else ("yes" if better else "no")
+    welch = "-" if math.isnan(p) else f"{p:.2g}"
+    return f"{mean_sd(a)} | {mean_sd(b)} | {difference:+.3g} | {sd:.2g} | {verdict} | {welch}"
+
+
 def comparisons(script: Script, records: Sequence[Mapping[str, Any]]) -> str:
     """Each grid against its controls on the target figure (test): the difference of the means, the
-    pooled sd, and whether the grid is better by more than that sd."""
+    pooled sd, whether the grid is better by more than that sd, and Welch's p (:func:`versus`)."""
     by = groups(records)
     path = ("test", "best_mixture", *script.target)
     lines = [
         f"| recipe | --set | grid | control | {script.target[-1]} grid | control | difference | pooled sd "
-        "| better by > sd |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| better by > sd | Welch p |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for (recipe, extra, base, name), runs in sorted(by.items()):
         if not name.startswith("grid-") or name == "grid-1x1":
@@ -364,14 +395,8 @@ def comparisons(script: Script, records: Sequence[Mapping[str, Any]]) -> str:
             if not others:
                 continue
             a, b = [lookup(r, path) for r in runs], [lookup(r, path) for r in others]
-            difference = statistics.fmean(a) - statistics.fmean(b)
-            sd = pooled_sd(a, b)
-            better = difference > sd if script.higher_is_better else -difference > sd
-            verdict = "n/a (one run each)" if math.isnan(sd) else ("yes" if better else "no")
-            lines.append(
-                f"| {recipe} | {extra or '-'} | {name} | {control} | {mean_sd(a)} | {mean_sd(b)} | "
-                f"{difference:+.3g} | {sd:.2g} | {verdict} |"
-            )
+            cells = versus(a, b, script.higher_is_better)
+            lines.append(f"| {recipe} | {extra or '-'} | {name} | {control} | {cells} |")
     return "\n".join(lines)
 
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import math
-import statistics
 import sys
 import tempfile
 import time
@@ -46,11 +45,12 @@ from _controls import (
     lookup,
     overrides_of,
     plan,
-    pooled_sd,
     recipe_sha,
+    versus,
 )
 
 from evogan import recipe as recipes
+from evogan.compare import spread
 from evogan.engine.run import reported
 from evogan.plugins import make_plugin_manager
 from evogan.registry import Registries
@@ -281,8 +281,8 @@ def comparisons(script: Script, records: Sequence[Mapping[str, Any]]) -> str:
     path = ("test", "best_mixture", *script.target)
     lines = [
         "| benchmark | --set | steps per cell | configuration | control | grid | control | difference | pooled sd "
-        "| better by > sd |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| better by > sd | Welch p |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for (bench, extra, name, horizon), runs in sorted(by.items()):
         size = name.rsplit("-", 1)[-1]
@@ -293,14 +293,8 @@ def comparisons(script: Script, records: Sequence[Mapping[str, Any]]) -> str:
             if not others:
                 continue
             a, b = [lookup(r, path) for r in runs], [lookup(r, path) for r in others]
-            difference = statistics.fmean(a) - statistics.fmean(b)
-            sd = pooled_sd(a, b)
-            better = difference > sd if script.higher_is_better else -difference > sd
-            verdict = "n/a (one run each)" if math.isnan(sd) else ("yes" if better else "no")
-            lines.append(
-                f"| {bench} | {extra or '-'} | {horizon} | {name} | {control} | {mean_sd(a)} | {mean_sd(b)} | "
-                f"{difference:+.3g} | {sd:.2g} | {verdict} |"
-            )
+            cells = versus(a, b, script.higher_is_better)
+            lines.append(f"| {bench} | {extra or '-'} | {horizon} | {name} | {control} | {cells} |")
     return "\n".join(lines)
 
 
@@ -326,9 +320,9 @@ def plot(script: Script, records: Sequence[Mapping[str, Any]], path: Path) -> No
             (("test", "best_mixture", *script.target), "-o", name),
             (("test", "mean_over_cells", "generator", *script.target), "--", None),
         ):
-            values = [[lookup(r, path_) for r in points[h]] for h in horizons]
-            means = [statistics.fmean(v) for v in values]
-            sds = [statistics.stdev(v) if len(v) > 1 else 0.0 for v in values]
+            values = [spread([lookup(r, path_) for r in points[h]]) for h in horizons]
+            means = [v["mean"] for v in values]
+            sds = [0.0 if math.isnan(v["sd"]) else v["sd"] for v in values]
             axes.errorbar(horizons, means, yerr=sds, fmt=style, color=colour, label=label, capsize=3)
     axes.set_xscale("log", base=2)
     ticks = sorted({h for points in curves.values() for h in points})

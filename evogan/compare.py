@@ -5,6 +5,11 @@ re-derived from the raw lines; nothing else is read.
 
 The figure compared is the chosen mixture's on the test stream (the mixture was chosen on the validation
 stream, which the table shows beside it); the mean over the cells' own generators is shown too.
+
+The project's benchmark logs (``benchmarks/logs/grid_size``, ``mode_collapse``, ``sparse``) read as sweep
+lines too (:func:`from_benchmark`), so the tables of ``benchmarks/RESULTS.md`` re-derive with
+``evogan compare``; the benchmarks' own tables take their statistics from here (:func:`mean_sd`,
+:func:`contrast`).
 """
 
 from __future__ import annotations
@@ -86,6 +91,7 @@ def pooled_sd(a: Sequence[float], b: Sequence[float]) -> float:
 
 
 def spread(values: Sequence[float]) -> dict[str, Any]:
+    """Mean and sd over seeds (the sd NaN for one value), and the values."""
     return {
         "n": len(values),
         "mean": statistics.fmean(values),
@@ -94,15 +100,101 @@ def spread(values: Sequence[float]) -> dict[str, Any]:
     }
 
 
+def contrast(a: Sequence[float], b: Sequence[float]) -> dict[str, float]:
+    """``a`` against ``b``: the difference of the means, the pooled sd and Welch's t-test (t, degrees of
+    freedom, two-sided p); the one comparison of ``evogan compare`` and of the benchmarks' tables."""
+    t, df, p = welch(a, b)
+    difference = statistics.fmean(a) - statistics.fmean(b)
+    return {"difference": difference, "pooled_sd": pooled_sd(a, b), "welch_t": t, "welch_df": df, "p": p}
+
+
+def mean_sd(values: Sequence[float], digits: int | None = None) -> str:
+    """Mean ± sd over seeds as the benchmarks' markdown tables print it (:func:`spread`'s figures): three
+    significant digits (two for the sd), or ``digits`` decimals for both; the mean alone for one value."""
+    figures = spread(values)
+    if digits is None:
+        mean, sd = "{:.3g}", "{:.2g}"
+    else:
+        mean = sd = f"{{:.{digits}f}}"
+    if figures["n"] == 1:
+        return mean.format(figures["mean"])
+    return f"{mean.format(figures['mean'])} ± {sd.format(figures['sd'])}"
+
+
 # ------------------------------------------------------------------------------------------ reading
 REQUIRED = ("config", "seed", "test", "validation", "mean_over_cells")
 
+# The figure each grid benchmark compares its grid and controls on (``benchmarks/<script>.py``'s target).
+BENCHMARK_TARGETS = {"grid_size": "fid", "mode_collapse": "modes_covered"}
+
+
+def from_benchmark(record: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+    """A line of the project's benchmark logs in a sweep line's shape (None for any other line), so their
+    committed raw logs compare as sweeps do:
+
+    - a grid benchmark's line (``benchmarks/_controls.py``: ``script``, ``configs``, the figures under
+      ``test.best_mixture``) once per configuration it names, ``vary`` ``{"config": NAME}`` (so
+      ``--baseline config=lone-steps``), the recipe with its contents' hash, ``set`` and the base
+      generations as the sweep's recipe, ``set`` and ``requested_generations``;
+    - a sparse benchmark's line (``benchmarks/sparse.py``: ``variant``, ``density_g``, the final
+      generator's ``fid``, ``tvd``, ``classes``) as configuration ``VARIANT d_G D%``, ``vary``
+      ``{"variant": ..., "d_G": ...}``; it records no validation figures and no means over cells.
+    """
+    if "configs" in record and "script" in record and "best_mixture" in (record.get("test") or {}):
+        recipe = str(record.get("recipe")) + (f"@{record['recipe_sha']}" if record.get("recipe_sha") else "")
+        target = BENCHMARK_TARGETS.get(str(record["script"]))
+        line = {
+            "recipe": recipe,
+            "set": record.get("set", []),
+            "requested_generations": record.get("base_generations"),
+            "seed": record["seed"],
+            "generations": record.get("generations"),
+            "training_flops": record.get("training_flops"),
+            "test": record["test"]["best_mixture"],
+            "validation": (record.get("validation") or {}).get("best_mixture"),
+            "mean_over_cells": record["test"].get("mean_over_cells"),
+            "metric": {"primary": target} if target else None,
+            "commit": record.get("commit"),
+        }
+        return [{**line, "config": name, "vary": {"config": name}} for name in record["configs"]]
+    if "variant" in record and "density_g" in record and "fid" in record:
+        grid = int(record.get("grid") or 1)
+        variant = str(record["variant"]) + (f" {grid}x{grid}" if grid > 1 else "")
+        density = f"{float(record['density_g']):.0%}"
+        generations = next(
+            (int(o.partition("=")[2]) for o in record.get("overrides", []) if o.startswith("run.generations=")), None
+        )
+        figures = {"fid": record["fid"], "fid_last10": record.get("fid_last10"), "tvd": record.get("tvd")}
+        figures["classes_covered"] = record.get("classes")
+        return [
+            {
+                "recipe": "benchmarks/sparse.py",
+                "set": [],
+                "requested_generations": generations,
+                "seed": record["seed"],
+                "generations": generations,
+                "steps": record.get("steps"),
+                "test": {k: v for k, v in figures.items() if v is not None},
+                "validation": None,
+                "mean_over_cells": None,
+                "metric": {"primary": "fid", "lower_is_better": True},
+                "commit": record.get("commit"),
+                "config": f"{variant} d_G {density}",
+                "vary": {"variant": variant, "d_G": density},
+            }
+        ]
+    return None
+
 
 def read_lines(paths: Iterable[Path]) -> list[dict[str, Any]]:
-    """Every line of the given JSONL files; ``UserError`` naming the file (and line) that is missing,
-    unreadable, not JSON or not a sweep line."""
-    records = []
+    """Every line of the given JSONL files (and of every ``*.jsonl`` in a given directory), a benchmark
+    log's in a sweep line's shape (:func:`from_benchmark`); ``UserError`` naming the file (and line) that
+    is missing, unreadable, not JSON or not a sweep line."""
+    files: list[Path] = []
     for path in paths:
+        files += sorted(path.glob("*.jsonl")) if path.is_dir() else [path]
+    records = []
+    for path in files:
         try:
             text = path.read_text(encoding="utf-8")
         except FileNotFoundError:
@@ -116,6 +208,10 @@ def read_lines(paths: Iterable[Path]) -> list[dict[str, Any]]:
                 record = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise UserError(f"{path}:{number}: not a JSON line ({exc.msg})") from None
+            converted = from_benchmark(record) if isinstance(record, dict) else None
+            if converted is not None:
+                records += converted
+                continue
             if not isinstance(record, dict) or (missing := [k for k in REQUIRED if k not in record]):
                 what = ", ".join(missing) if isinstance(record, dict) else "a JSON object"
                 raise UserError(f"{path}:{number}: not an evogan sweep line (no {what})")
@@ -123,6 +219,17 @@ def read_lines(paths: Iterable[Path]) -> list[dict[str, Any]]:
     if not records:
         raise UserError(f"{', '.join(map(str, paths))}: no lines to compare")
     return records
+
+
+def only(records: Sequence[dict[str, Any]], configs: Sequence[str]) -> list[dict[str, Any]]:
+    """The lines of the named configurations (all of them when none are named)."""
+    if not configs:
+        return list(records)
+    kept = [r for r in records if str(r["config"]) in configs]
+    if missing := [c for c in configs if c not in {str(r["config"]) for r in kept}]:
+        names = ", ".join(dict.fromkeys(str(r["config"]) for r in records))
+        raise UserError(f"--config {', '.join(missing)}: not in the lines; configurations: {names}")
+    return kept
 
 
 def metric_name(records: Sequence[Mapping[str, Any]], wanted: str | None) -> str:
@@ -144,11 +251,12 @@ def lower_is_better(records: Sequence[Mapping[str, Any]], name: str) -> bool:
 
 
 def group_name(record: Mapping[str, Any], differing: Sequence[str]) -> str:
-    """The configuration's label, prefixed by what else differs between the compared lines."""
+    """The configuration's label, prefixed by what else differs between the compared lines (``-`` for an
+    empty ``--set``)."""
     parts = []
     for field in differing:
         value = record.get(field)
-        parts.append(" ".join(value) if isinstance(value, list) else str(value))
+        parts.append((" ".join(value) or "-") if isinstance(value, list) else str(value))
     return " | ".join([*parts, str(record["config"])])
 
 
@@ -160,10 +268,18 @@ def points(record: Mapping[str, Any]) -> list[tuple[str, int, Mapping[str, Any]]
     ]
 
 
+def _spread_of(entries: Sequence[tuple[int, Mapping[str, Any]]], pick: Any) -> dict[str, Any] | None:
+    """:func:`spread` of ``pick(row)`` over the entries; None when a line does not record it."""
+    values = [pick(row) for _, row in entries]
+    return spread([float(v) for v in values]) if all(v is not None for v in values) else None
+
+
 def summarise(
     records: Sequence[Mapping[str, Any]], metric: str, baseline: Sequence[str]
 ) -> dict[str, Any]:
-    """The comparison as data: one row per (configuration, horizon)."""
+    """The comparison as data: one row per (configuration, horizon). A configuration is compared with the
+    baseline at the same horizon; lines scored only at their end (no ``along``) compare end with end, so a
+    control trained longer (more generations) is compared too."""
     fields = ("recipe", "set", "requested_generations")
     differing = [f for f in fields if len({json.dumps(r.get(f)) for r in records}) > 1]
     groups: dict[str, list[Mapping[str, Any]]] = {}
@@ -171,15 +287,19 @@ def summarise(
         groups.setdefault(group_name(record, differing), []).append(record)
     base = baseline_of(groups, baseline)
     by_point: dict[tuple[str, tuple[str, int]], list[tuple[int, Mapping[str, Any]]]] = {}
+    ends: dict[str, set[tuple[str, int]]] = {name: set() for name in groups}
     for name, runs in groups.items():
         for record in runs:
             for kind, at, row in points(record):
                 by_point.setdefault((name, (kind, at)), []).append((int(record["seed"]), row))
+                if not record.get("along"):
+                    ends[name].add((kind, at))
     rows = []
     for (name, (kind, at)), entries in sorted(by_point.items(), key=lambda i: (list(groups).index(i[0][0]), i[0][1])):
         entries.sort(key=lambda e: e[0])
-        cells = entries[0][1]["mean_over_cells"]
-        alone = next((role for role in cells if role != "mixture"), "mixture")
+        recorded = (row["mean_over_cells"] for _, row in entries if row.get("mean_over_cells"))
+        cells: Mapping[str, Any] = next(recorded, {})
+        alone = next((role for role in cells if role != "mixture"), "mixture" if cells else "generator")
         test = [float(row["test"][metric]) for _, row in entries]
         row_out: dict[str, Any] = {
             "config": name,
@@ -187,20 +307,18 @@ def summarise(
             kind: at,
             "seeds": [seed for seed, _ in entries],
             "test": spread(test),
-            "validation": spread([float(row["validation"][metric]) for _, row in entries]),
-            f"mean_cell_{alone}": spread([float(row["mean_over_cells"][alone][metric]) for _, row in entries]),
+            "validation": _spread_of(entries, lambda row: (row.get("validation") or {}).get(metric)),
+            f"mean_cell_{alone}": _spread_of(
+                entries, lambda row, alone=alone: ((row.get("mean_over_cells") or {}).get(alone) or {}).get(metric)
+            ),
         }
-        other = by_point.get((base, (kind, at)))
-        if name != base and other:
-            reference = [float(row["test"][metric]) for _, row in other]
-            t, df, p = welch(test, reference)
-            row_out |= {
-                "difference": statistics.fmean(test) - statistics.fmean(reference),
-                "pooled_sd": pooled_sd(test, reference),
-                "welch_t": t,
-                "welch_df": df,
-                "p": p,
-            }
+        other = by_point.get((base, (kind, at))) if name != base else None
+        if name != base and other is None and (kind, at) in ends[name] and len(ends[base]) == 1:
+            ((base_kind, base_at),) = ends[base]  # each run's end against the baseline's
+            other = by_point[(base, (base_kind, base_at))]
+            row_out[f"baseline_{base_kind}"] = base_at
+        if other:
+            row_out |= contrast(test, [float(row["test"][metric]) for _, row in other])
         rows.append(row_out)
     return {"metric": metric, "lower_is_better": lower_is_better(records, metric), "baseline": base, "rows": rows}
 
@@ -233,6 +351,8 @@ def baseline_of(groups: Mapping[str, Sequence[Mapping[str, Any]]], baseline: Seq
 # ------------------------------------------------------------------------------------------ output
 def figure(summary: Mapping[str, Any], key: str) -> str:
     value = summary[key]
+    if value is None:  # not recorded (a sparse benchmark's line has no validation figures)
+        return "-"
     if value["n"] < 2:
         return f"{value['mean']:.4g}"
     return f"{value['mean']:.4g} ± {value['sd']:.2g}"
@@ -323,6 +443,13 @@ def _finite(value: Any) -> Any:
     "in the lines). Repeatable, one per varied key.",
 )
 @click.option("--metric", help="The figure to compare (default: the metric's primary, e.g. fid or tvd).")
+@click.option(
+    "--config",
+    "configs",
+    multiple=True,
+    metavar="NAME",
+    help="Compare only this configuration (its label in the lines, e.g. a benchmark's grid-3x3). Repeatable.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON instead of a table.")
 @click.option(
     "--plot",
@@ -332,12 +459,18 @@ def _finite(value: Any) -> Any:
 )
 @handle_errors
 def compare(
-    logs: tuple[Path, ...], baseline: tuple[str, ...], metric: str | None, as_json: bool, plot_to: Path | None
+    logs: tuple[Path, ...],
+    baseline: tuple[str, ...],
+    metric: str | None,
+    configs: tuple[str, ...],
+    as_json: bool,
+    plot_to: Path | None,
 ) -> None:
-    """Compare the configurations of `evogan sweep` logs (LOGS, JSONL): mean ± sd over seeds per
-    configuration and horizon, and each against the baseline: the difference of the means, the pooled sd
-    and Welch's t-test p-value; all from the lines alone."""
-    records = read_lines(logs)
+    """Compare the configurations of `evogan sweep` logs (LOGS: JSONL files, or directories of them; the
+    project's benchmark logs too): mean ± sd over seeds per configuration and horizon, and each against the
+    baseline: the difference of the means, the pooled sd and Welch's t-test p-value; all from the lines
+    alone."""
+    records = only(read_lines(logs), configs)
     result = summarise(records, metric_name(records, metric), baseline)
     if plot_to is not None:
         plot(result, plot_to)
@@ -349,4 +482,15 @@ def compare(
             click.echo(f"plot: {plot_to}")
 
 
-__all__ = ["compare", "incomplete_beta", "pooled_sd", "read_lines", "summarise", "welch"]
+__all__ = [
+    "compare",
+    "contrast",
+    "from_benchmark",
+    "incomplete_beta",
+    "mean_sd",
+    "pooled_sd",
+    "read_lines",
+    "spread",
+    "summarise",
+    "welch",
+]

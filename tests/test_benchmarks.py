@@ -154,6 +154,29 @@ def test_summarise_rederives_the_tables_from_the_logs_alone(tmp_path: Path, caps
     assert "| grid-3x3 | independent-3x3 | 24.5 ± 0.71 | 24.2 ± 0.35 | +0.25 | 0.56 | no |" in out
 
 
+def test_evogan_compare_rederives_the_summarised_figures(tmp_path: Path, capsys) -> None:
+    """The script's tables and ``evogan compare`` on the same lines: the same means, sds, differences and
+    pooled sds (one code path for the statistics), and compare adds Welch's test."""
+    from evogan.compare import contrast, read_lines, summarise
+
+    grid, lone = [24.0, 25.0, 22.0], [10.0, 11.0, 13.0]
+    runs = [record("grid-3x3", s, m) for s, m in zip((1, 2, 3), grid, strict=True)]
+    runs += [record("lone-steps", s, m) for s, m in zip((1, 2, 3), lone, strict=True)]
+    log = tmp_path / "abc.jsonl"
+    log.write_text("".join(json.dumps(r) + "\n" for r in runs))
+    _controls.summarise(SCRIPT, [log])
+    table = capsys.readouterr().out
+    result = summarise(read_lines([log]), "modes_covered", ["config=lone-steps"])
+    assert result["baseline"] == "lone-steps" and result["lower_is_better"] is False
+    row = next(r for r in result["rows"] if r["config"] == "grid-3x3")
+    expected = contrast(grid, lone)
+    assert row["difference"] == expected["difference"] and row["pooled_sd"] == expected["pooled_sd"]
+    assert row["validation"]["mean"] == 99.0  # compare shows the validation figure the choice was made on
+    figures = f"{_controls.mean_sd(grid)} | {_controls.mean_sd(lone)} | {row['difference']:+.3g} | "
+    figures += f"{row['pooled_sd']:.2g} | yes | {row['p']:.2g} |"
+    assert f"| grid-3x3 | lone-steps | {figures}" in table
+
+
 def test_a_run_writes_one_log_line_that_summarise_reads(tmp_path: Path, capsys) -> None:
     args = arguments(
         "--grids",
@@ -186,6 +209,15 @@ def test_a_run_writes_one_log_line_that_summarise_reads(tmp_path: Path, capsys) 
     capsys.readouterr()
     _controls.summarise(SCRIPT, [tmp_path / "mode_collapse"])
     assert "| grid-1x1 | 1x1 | g_mixture | false | 1 | 4 |" in capsys.readouterr().out
+    # the same command again resumes, as evogan sweep does: the run is in the log, so nothing runs
+    assert _controls.run_matrix(SCRIPT, args) == path and path.read_text().splitlines() == [line]
+    assert "1 of 1 runs already in" in capsys.readouterr().out
+    # evogan compare reads the line: one row per name the run has, its test figure the chosen mixture's
+    from evogan.compare import read_lines, summarise
+
+    rows = summarise(read_lines([tmp_path / "mode_collapse"]), "modes_covered", ())["rows"]
+    assert [(r["config"], r["generation"], r["seeds"]) for r in rows] == [("grid-1x1", 1, [4]), ("lone-steps", 1, [4])]
+    assert rows[0]["test"]["mean"] == logged["test"]["best_mixture"]["modes_covered"]
 
 
 def test_the_horizon_sweep_scores_one_run_per_configuration_at_every_horizon(

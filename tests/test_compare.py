@@ -172,3 +172,23 @@ def test_compare_reads_two_files_as_one_and_imports_no_torch(tmp_path: Path) -> 
     whole = json.loads(invoke("compare", str(tmp_path / "all.jsonl"), "--json").stdout)
     assert split == whole and split["rows"][1]["seeds"] == [1, 2, 3]
     assert done.stderr.strip().splitlines()[-1] == "false"  # tables from logs need no torch
+
+
+def test_compare_reads_the_committed_benchmark_logs() -> None:
+    """A RESULTS table re-derives from the benchmarks' raw lines: the toy grid's 3x3 against its
+    independent ensemble (RESULTS "The 25-mode toy grid, 3x3, 5 seeds": 22.4 ± 1.5 against 15.2 ± 1.1,
+    +7.2, pooled sd 1.3), and an old sparse line (no validation figures) reads too."""
+    logs = Path(__file__).resolve().parents[1] / "benchmarks" / "logs"
+    mode_collapse = logs / "mode_collapse" / "459a6d87731f.jsonl"
+    result = invoke("compare", str(mode_collapse), "--config", "grid-3x3", "--config", "independent-3x3",
+                    "--baseline", "config=independent-3x3", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["metric"] == "modes_covered" and data["lower_is_better"] is False
+    grid = next(r for r in data["rows"] if r["config"] == "grid-3x3")
+    assert grid["seeds"] == [1, 2, 3, 4, 5] and f"{grid['test']['mean']:.1f} ± {grid['test']['sd']:.1f}" == "22.4 ± 1.5"
+    assert f"{grid['difference']:+.1f}" == "+7.2" and f"{grid['pooled_sd']:.1f}" == "1.3"
+    sparse = json.loads(invoke("compare", str(logs / "sparse" / "c3edac7.jsonl"), "--json").stdout)
+    assert sparse["metric"] == "fid" and all(r["validation"] is None for r in sparse["rows"])
+    table = invoke("compare", str(logs / "sparse" / "c3edac7.jsonl"))
+    assert table.exit_code == 0 and "d_G" in table.output
