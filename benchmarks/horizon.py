@@ -331,10 +331,10 @@ def plot(script: Script, records: Sequence[Mapping[str, Any]], path: Path) -> No
     axes.set_xlabel("generator steps per cell")
     axes.set_ylabel(f"test {target} ({'higher' if script.higher_is_better else 'lower'} is better)")
     axes.set_title(f"{script.name}: chosen mixture (solid) and mean cell generator (dashed)")
-    axes.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)
-    figure.tight_layout()
+    # below the axes, one entry a line (a scheme's label is its --set): savefig widens the image to fit it
+    axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0.0, -0.12), ncol=1, frameon=False)
     path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path)
+    figure.savefig(path, bbox_inches="tight")  # the legend sits below the axes
     print(f"plot: {path}")
 
 
