@@ -172,6 +172,7 @@ ORDINARY_WORDS = {
     ("sparse/defaults.py", "classifier"): "a layer name kept dense by default",
     ("sweep.py", "set"): "a sweep line's field: the run's --set overrides",
     ("compare.py", "set"): "a sweep line's field: the run's --set overrides",
+    ("compare.py", "grid"): "a sparse benchmark line's field: the side of its square grid",
 }
 
 
