@@ -17,11 +17,10 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
-from evogan.adversarial.contracts import SparsityController
 from evogan.api import ROLES, Role
 from evogan.engine.optimizer_state import checked_state, moment_manifest, optimizer_tensors, split, state_layout
 from evogan.errors import MessageRejected, RunFailure
@@ -30,6 +29,16 @@ from evogan.transport import envelope
 from evogan.transport.masked import decode_masked, encode_masked
 
 Manifest = Mapping[str, tuple[torch.dtype, tuple[int, ...]]]
+
+
+class WireState(Protocol):
+    """What the codec needs of the controller whose per-individual state travels with the weights (a GAN
+    problem's sparsity controller, :class:`evogan.adversarial.contracts.SparsityController`): a protocol, so
+    the engine imports no problem's contracts."""
+
+    def wire_state(self, state: Mapping[str, Any]) -> dict[str, Any]: ...
+
+    def check_wire_state(self, state: Any, role: Role, local: Mapping[str, Any] | None) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)
@@ -94,7 +103,7 @@ class Codec:
         max_bytes: int,
         roles: tuple[Role, ...] = ROLES,
         wire: str = "fp32",
-        sparsity: SparsityController | None = None,
+        sparsity: WireState | None = None,
     ) -> None:
         self.cell, self.run_id, self.recipe, self.roles = cell, run_id, recipe, roles
         self.sparsity = sparsity
