@@ -639,7 +639,7 @@ benchmarks/RESULTS.md ("GPU check"); the CPU stays out (looped, bitwise the same
 per process, where vectorised records agree only within float tolerance)."""
 
 
-def vectorize_obstacle(sparsity: type[Component[Any]] | None, every_batches: int) -> str:
+def vectorize_obstacle(sparsity: type[Any] | None, every_batches: int) -> str:
     """What keeps the engine from training cells together, known from the recipe ('' when nothing)."""
     if sparsity is not None and not getattr(sparsity, "stackable", False):
         return f"sparsity {sparsity.name} is not marked stackable (its hooks may replace tensors the stack shares)"

@@ -203,15 +203,17 @@ def test_names_moved_to_break_cycles_still_import_from_their_old_places() -> Non
 
 
 def test_the_engine_and_runtime_import_no_sparsity_or_average_module() -> None:
-    """Issue 38: per-individual state reaches the engine through ``Individual.extra`` and the component
-    methods of :mod:`evogan.api` (the masked wire format through :mod:`evogan.transport.masked`), so no
-    engine or runtime module names ``evogan.sparse`` or ``evogan.average``, in any kind of import."""
+    """Issue 38: per-individual state reaches the engine through ``Individual.extra`` and small protocols
+    of the engine's own (``WireState``, ``StateController``; the masked wire format through
+    :mod:`evogan.transport.masked`), so no engine or runtime module names ``evogan.sparse``,
+    ``evogan.average``, the adversarial problem or the built-in GAN, in any kind of import."""
     graph = import_graph(module_files())
     found = {
         f"{module} -> {target}"
         for module, targets in graph.items()
         if module.startswith(("evogan.engine", "evogan.runtime"))
         for target in targets
-        if target == "evogan.average" or target == "evogan.sparse" or target.startswith("evogan.sparse.")
+        if target in ("evogan.average", "evogan.sparse", "evogan.adversarial", "evogan.builtin.gan")
+        or target.startswith(("evogan.sparse.", "evogan.adversarial.", "evogan.builtin.gan."))
     }
     assert not found, sorted(found)

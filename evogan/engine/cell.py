@@ -12,15 +12,14 @@ import math
 import time
 from collections.abc import Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
 from deap import tools
 
-from evogan.adversarial.contracts import SparsityController
 from evogan.api import Opponents, Problem, Role, Selection, Variation
-from evogan.engine.codec import Codec, Manifest, Message
+from evogan.engine.codec import Codec, Manifest, Message, WireState
 from evogan.engine.divergence import restore, snapshot
 from evogan.engine.migration import migrate
 from evogan.engine.optimizer_state import load_optimizer_state
@@ -29,6 +28,21 @@ from evogan.individual import AVERAGE, SPARSE, Individual
 from evogan.recipe import Recipe
 from evogan.rng import CellRandom
 from evogan.transport import envelope
+
+
+@runtime_checkable
+class StateController(WireState, Protocol):
+    """What a cell asks of a problem's controller of per-individual state (a GAN problem's sparsity
+    controller, :class:`evogan.adversarial.contracts.SparsityController`): a protocol, so the engine imports
+    no problem's contracts."""
+
+    def prepare(self, individual: Individual, *, generator: torch.Generator) -> None: ...
+
+    def evaluation_network(self, individual: Individual) -> torch.nn.Module: ...
+
+    def metrics(self, generator: Individual, discriminator: Individual) -> dict[str, float]: ...
+
+    def check(self, individual: Individual) -> None: ...
 
 
 @dataclass
@@ -42,10 +56,10 @@ class CellSettings:
     max_message_bytes: int = 1 << 30
 
     @property
-    def sparsity(self) -> SparsityController | None:
+    def sparsity(self) -> StateController | None:
         """The problem's sparsity controller, if it has one (an adversarial problem's ``[problem.sparsity]``)."""
         sparsity = getattr(self.problem, "sparsity", None)
-        return sparsity if isinstance(sparsity, SparsityController) else None
+        return sparsity if isinstance(sparsity, StateController) else None
 
     @property
     def seed(self) -> int:
