@@ -42,8 +42,10 @@ import argparse
 import hashlib
 import json
 import math
+import subprocess
 import tempfile
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,6 +71,7 @@ from evogan.cost import (  # the scripts and tests reach the cost model here too
     discriminators_faced,  # noqa: F401
     egan_step_cost,  # noqa: F401
 )
+from evogan.errors import RecipeError, UserError
 from evogan.plugins import make_plugin_manager
 from evogan.registry import Registries
 from evogan.sweep import read_keys, run_key
@@ -268,6 +271,7 @@ def run_matrix(script: Script, args: argparse.Namespace) -> Path:
             "what": config.what,
             "recipe": str(script.recipe.relative_to(ROOT)),
             "recipe_sha": recipe_sha(script.recipe),
+            "recipe_digest": recipe_digest(script.recipe, registries),
             "set": [*script.base(args), *args.set],  # what this invocation changed for every run
             "overrides": [o for o in overrides if not o.startswith("run.output_dir=")],
             "base_generations": args.generations,
@@ -325,12 +329,52 @@ def recipe_sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()[:8]
 
 
+def recipe_digest(path: Path, registries: Registries) -> str:
+    """The recipe's :attr:`~evogan.recipe.Recipe.digest` (what decides its numbers, not its comments or
+    layout), shortened as :func:`recipe_sha`: a line records it beside the file's hash."""
+    return recipes.load(path, registries).digest[:8]
+
+
+_DIGESTS: dict[tuple[str, str], str | None] = {}
+
+
+def contents_of(record: Mapping[str, Any]) -> str:
+    """What a line's base recipe was, for grouping: its settings' digest (recorded, or derived from the recipe
+    file at the line's commit), so that a comment or a table moved to its new place (the demo's ``[pairing]``
+    at 0.3) does not split runs of the same settings; the file's hash where the digest cannot be had."""
+    if record.get("recipe_digest"):
+        return str(record["recipe_digest"])
+    sha = str(record["recipe_sha"])
+    key = (str(record.get("commit", "")), str(record["recipe"]))
+    if key not in _DIGESTS:
+        _DIGESTS[key] = _digest_at(*key)
+    return _DIGESTS[key] or sha
+
+
+def _digest_at(commit: str, recipe: str) -> str | None:
+    """The digest of ``recipe`` as committed at ``commit``, or None (an unknown commit, or a recipe today's
+    code no longer reads)."""
+    shown = subprocess.run(
+        ["git", "-C", str(ROOT), "show", f"{commit}:{recipe}"], capture_output=True, text=True, check=False
+    )
+    if not commit or shown.returncode != 0:
+        return None
+    with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # an old layout's deprecation warnings: the digest reads through them
+        path = Path(tmp) / Path(recipe).name
+        path.write_text(shown.stdout)
+        try:
+            return recipe_digest(path, Registries.from_plugin_manager(make_plugin_manager()))
+        except (UserError, RecipeError, ValueError):
+            return None
+
+
 def groups(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, ...], list[Mapping[str, Any]]]:
-    """Runs by (recipe and its contents, --set, base generations, configuration name): a run under each name
+    """Runs by (recipe and its settings, --set, base generations, configuration name): a run under each name
     it has. Lines from before the contents were recorded group by the recipe's path alone."""
     out: dict[tuple[str, ...], list[Mapping[str, Any]]] = {}
     for record in records:
-        recipe = record["recipe"] + (f"@{record['recipe_sha']}" if record.get("recipe_sha") else "")
+        recipe = record["recipe"] + (f"@{contents_of(record)}" if record.get("recipe_sha") else "")
         for name in record["configs"]:
             key = (recipe, " ".join(record["set"]), str(record["base_generations"]), name)
             out.setdefault(key, []).append(record)

@@ -38,6 +38,7 @@ from _common import LOGS, ROOT, append_log, git_commit, log_path, machine, mean_
 from _controls import (
     Configuration,
     Script,
+    contents_of,
     cost_per_generation,
     figures,
     has,
@@ -45,6 +46,7 @@ from _controls import (
     lookup,
     overrides_of,
     plan,
+    recipe_digest,
     recipe_sha,
     versus,
 )
@@ -127,7 +129,12 @@ def score_along(
 
 
 def base_record(
-    script: Script, config: Configuration, recipe: recipes.Recipe, seed: int, extra: Sequence[str]
+    script: Script,
+    config: Configuration,
+    recipe: recipes.Recipe,
+    seed: int,
+    extra: Sequence[str],
+    registries: Registries,
 ) -> dict[str, Any]:
     commit, dirty = git_commit()
     return {
@@ -137,6 +144,7 @@ def base_record(
         "what": config.what,
         "recipe": str(script.recipe.relative_to(ROOT)),
         "recipe_sha": recipe_sha(script.recipe),
+        "recipe_digest": recipe_digest(script.recipe, registries),
         "set": list(extra),
         "grid": config.grid,
         "pairing": recipe.choices["problem"].options.pairing.use,
@@ -188,7 +196,7 @@ def sweep(script: Script, args: argparse.Namespace) -> Path:
             flops = cumulative_flops(recipe, registries, recipe.run.generations)
             before, started = machine(), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
             _, wall, run_dir = run_recipe(script.recipe, overrides, stop=lambda: time.monotonic() > deadline)
-            base = base_record(script, config, recipe, seed, [*script.base(args), *args.set])
+            base = base_record(script, config, recipe, seed, [*script.base(args), *args.set], registries)
             base |= {"wall_s": wall, "started": started, "machine": {**before, "load_end": machine()["load"]}}
             base |= {
                 "threads": args.threads,
@@ -213,7 +221,7 @@ def adopt(script: Script, args: argparse.Namespace, run_dir: Path, name: str) ->
     options = trained.topology.options if trained.topology else None
     rows, cols = getattr(options, "rows", len(trained.cells)), getattr(options, "cols", 1)
     config = Configuration(name, rows, cols, (), recipe.run.generations, "adopted run")
-    base = base_record(script, config, recipe, recipe.run.seed, [*script.base(args), *args.set])
+    base = base_record(script, config, recipe, recipe.run.seed, [*script.base(args), *args.set], registries)
     base |= {"run_dir": str(run_dir), "adopted": True}
     flops = cumulative_flops(recipe, registries, max(wanted))
     log = log_path(NAME, args.log_dir)
@@ -227,22 +235,25 @@ EXECUTION = ("run.vectorize=", "run.threads=", "run.device=", "run.keep_checkpoi
 
 
 def configuration_set(record: Mapping[str, Any]) -> list[str]:
-    return [s for s in record["set"] if not s.startswith(EXECUTION)]
+    """The line's --set without execution settings, 0.2's top-level parts spelled where they live now."""
+    moved = tuple(f"{part}{sep}" for part in recipes.PROBLEM_PARTS for sep in ("=", "."))
+    return [f"problem.{s}" if s.startswith(moved) else s for s in record["set"] if not s.startswith(EXECUTION)]
 
 
 def grouped(records: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str, str, int], list[Mapping[str, Any]]]:
-    """Lines by (benchmark, --set, configuration, horizon)."""
-    out: dict[tuple[str, str, str, int], list[Mapping[str, Any]]] = {}
-    for record in records:
+    """Lines by (benchmark, --set, configuration, horizon). A seed run again on the same kind of device is a
+    reproduction, not another sample: the newest line of each (seed, device) counts."""
+    out: dict[tuple[str, str, str, int], dict[tuple[int, str], Mapping[str, Any]]] = {}
+    for record in sorted(records, key=lambda r: str(r.get("scored", ""))):
         for name in record["configs"]:
             key = (
-                f"{record['of']} {record['recipe']}@{record['recipe_sha']}",
+                f"{record['of']} {record['recipe']}@{contents_of(record)}",
                 " ".join(configuration_set(record)),
                 name,
                 record["horizon"],
             )
-            out.setdefault(key, []).append(record)
-    return out
+            out.setdefault(key, {})[record["seed"], str(record.get("device", "cpu"))] = record
+    return {key: list(runs.values()) for key, runs in out.items()}
 
 
 def table(script: Script, records: Sequence[Mapping[str, Any]]) -> str:

@@ -275,3 +275,52 @@ def test_the_horizon_sweep_scores_one_run_per_configuration_at_every_horizon(
     out = capsys.readouterr().out
     assert "| grid-2x2 | 4 | 5 |" in out and "| 4 | grid-2x2 | lone-flops-2x2 |" in out
     assert (tmp_path / "horizon.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_horizon_lines_of_the_same_settings_share_a_row_across_recipe_edits() -> None:
+    """A comment edit or 0.2's ``[pairing]`` moved into ``[problem]`` changes the recipe file's hash, not its
+    settings: such lines group together; a seed run again on the same device counts once (the newest)."""
+    import horizon
+
+    def line(seed: int, sha: str, digest: str, set_: str, scored: str, fid: float) -> dict[str, Any]:
+        return {
+            "of": "grid_size",
+            "recipe": "recipes/demo.toml",
+            "recipe_sha": sha,
+            "recipe_digest": digest,
+            "set": ["run.threads=1", set_],
+            "configs": ["grid-2x2"],
+            "horizon": 5000,
+            "seed": seed,
+            "device": "cpu",
+            "scored": scored,
+            "fid": fid,
+        }
+
+    lines = [
+        line(4, "aaaaaaaa", "d1", 'pairing={use="own_pair"}', "2026-12-04T10:00:00Z", 80.0),
+        line(5, "bbbbbbbb", "d1", 'problem.pairing={use="own_pair"}', "2026-12-05T10:00:00Z", 70.0),
+        line(4, "bbbbbbbb", "d1", 'problem.pairing={use="own_pair"}', "2026-12-05T11:00:00Z", 81.0),
+        line(6, "bbbbbbbb", "d2", 'problem.pairing={use="own_pair"}', "2026-12-05T11:00:00Z", 60.0),
+    ]
+    groups = horizon.grouped(lines)
+    assert sorted((key[0].rsplit("@", 1)[1], sorted(r["fid"] for r in runs)) for key, runs in groups.items()) == [
+        ("d1", [70.0, 81.0]),  # seed 4's newest line replaces its first; the layouts are one row
+        ("d2", [60.0]),  # other settings: another row
+    ]
+    assert {key[1] for key in groups} == {'problem.pairing={use="own_pair"}'}
+
+
+def test_a_line_without_a_recorded_digest_gets_its_recipes_digest_at_its_commit() -> None:
+    # 5857dff and 0b1aeed committed demo.toml with different bytes (the [pairing] table moved) and the same
+    # settings; a commit git does not know falls back to the file's hash
+    import subprocess
+
+    known = subprocess.run(["git", "cat-file", "-e", "5857dff74810^{commit}"], capture_output=True, check=False)
+    if known.returncode != 0:
+        pytest.skip("a clone without the history these lines were measured at")
+    base = {"recipe": "recipes/demo.toml", "configs": ["grid-2x2"]}
+    old = _controls.contents_of({**base, "recipe_sha": "3674f62a", "commit": "5857dff74810"})
+    new = _controls.contents_of({**base, "recipe_sha": "17860c70", "commit": "0b1aeedbc89f"})
+    assert old == new and len(old) == 8 and old not in ("3674f62a", "17860c70")
+    assert _controls.contents_of({**base, "recipe_sha": "0badf00d", "commit": "0" * 12}) == "0badf00d"
