@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import math
+import re
 import sys
 import tempfile
 import time
@@ -299,8 +300,10 @@ def comparisons(script: Script, records: Sequence[Mapping[str, Any]]) -> str:
         size = name.rsplit("-", 1)[-1]
         if name.startswith(("lone-", "independent-")) or size == "1x1":
             continue
+        # a pairing set for the grid leaves its controls alone (each trains its own pair): theirs stand in
+        unpaired = re.sub(r"\s*problem\.pairing(\.\w+)?=(\{[^}]*\}|\S+)", "", extra).strip()
         for control in ("lone-steps", f"lone-flops-{size}", f"independent-{size}"):
-            others = by.get((bench, extra, control, horizon))
+            others = by.get((bench, extra, control, horizon)) or by.get((bench, unpaired, control, horizon))
             if not others:
                 continue
             a, b = [lookup(r, path) for r in runs], [lookup(r, path) for r in others]

@@ -324,3 +324,27 @@ def test_a_line_without_a_recorded_digest_gets_its_recipes_digest_at_its_commit(
     new = _controls.contents_of({**base, "recipe_sha": "17860c70", "commit": "0b1aeedbc89f"})
     assert old == new and len(old) == 8 and old not in ("3674f62a", "17860c70")
     assert _controls.contents_of({**base, "recipe_sha": "0badf00d", "commit": "0" * 12}) == "0badf00d"
+
+
+def test_a_grid_with_its_own_pairing_is_compared_with_the_controls_run_without_it() -> None:
+    import horizon
+
+    def line(config: str, set_: list[str], seed: int, fid: float) -> dict[str, Any]:
+        return {
+            "of": "grid_size",
+            "recipe": "recipes/demo.toml",
+            "recipe_sha": "aaaaaaaa",
+            "recipe_digest": "d1",
+            "set": set_,
+            "configs": [config],
+            "horizon": 5000,
+            "seed": seed,
+            "test": {"best_mixture": {"fid": fid}},
+        }
+
+    paired = ["problem.batches_per_generation=50", 'problem.pairing={use="neighbour_share", adapt_faced=true}']
+    lines = [line("grid-2x2", paired, seed, fid) for seed, fid in ((1, 40.0), (2, 42.0))]
+    lines += [line("independent-2x2", paired[:1], seed, fid) for seed, fid in ((1, 60.0), (2, 62.0))]
+    table = horizon.comparisons(horizon.script_of("grid_size"), lines)
+    (row,) = [r for r in table.splitlines() if "| independent-2x2 |" in r]
+    assert "| grid-2x2 | independent-2x2 | 41 ± 1.4 | 61 ± 1.4 | -20 |" in row
