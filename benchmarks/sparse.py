@@ -16,6 +16,14 @@ pieces and reported together:
 
     nice -n 5 python benchmarks/sparse.py --densities 0.3 --seeds 1 2 3 --json benchmarks/logs/sparse/C.jsonl
     python benchmarks/sparse.py --report benchmarks/logs/sparse/C.jsonl
+
+Issue 41's probe (does BR answer D's density here?): static masks with D's density set apart from G's
+(``--density-d``) in a setting of ``--set`` overrides, then BR's median over the second half of each run
+against d_D:
+
+    python benchmarks/sparse.py --methods static --densities 0.3 --density-d 0.1 --seeds 1 2 \
+        --set 'problem.loss={use="hinge"}' problem.network.spectral_norm=false --json probe.jsonl
+    python benchmarks/sparse.py --report probe.jsonl --probe
 """
 
 from __future__ import annotations
@@ -64,7 +72,7 @@ VARIANTS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
 }
 
 
-def sparsity_table(variant: str, density: float, steps: int) -> str:
+def sparsity_table(variant: str, density: float, steps: int, density_d: float | None = None) -> str:
     """The ``problem.sparsity`` override: the paper's intervals rescaled to ``steps`` G steps."""
     use, extra, _ = VARIANTS[variant]
     if use == "dense":
@@ -83,6 +91,8 @@ def sparsity_table(variant: str, density: float, steps: int) -> str:
             fields += [f"calibrate={{warmup={2 * d_interval}}}"]
     if any(field.startswith("density_d=") for field in extra):  # the variant's own D density wins
         fields.remove(f"density_d={density}")
+    elif density_d is not None and use != "dense":  # --density-d: D's (initial) density apart from G's
+        fields[fields.index(f"density_d={density}")] = f"density_d={density_d}"
     return "{" + ", ".join(fields + [field for field in extra if field != "calibrate"]) + "}"
 
 
@@ -109,8 +119,9 @@ def one_run(variant: str, density: float, seed: int, args: argparse.Namespace, o
         f"problem.batches_per_generation={args.batches}",
         f"problem.network.hidden={args.hidden}",
         "problem.network.spectral_norm=true",
-        f"problem.sparsity={sparsity_table(variant, density, steps)}",
+        f"problem.sparsity={sparsity_table(variant, density, steps, args.density_d)}",
         *VARIANTS[variant][2],
+        *args.set,
     ]
     load = os.getloadavg()[0]
     commit, dirty = git_commit()
@@ -148,6 +159,8 @@ def one_run(variant: str, density: float, seed: int, args: argparse.Namespace, o
         "br_band": [r.get("sparsity", {}).get("br_lower", math.nan) for r in records][-1:]
         + [r.get("sparsity", {}).get("br_upper", math.nan) for r in records][-1:],
         "density_d": d_path,
+        "set": list(args.set),
+        "density_d_start": density if args.density_d is None else args.density_d,  # as asked (d_D: as built)
         "hidden": args.hidden,
         "overrides": overrides,
         "commit": commit + ("-dirty" if dirty else ""),
@@ -166,9 +179,11 @@ def report(results: list[dict[str, Any]], every: int) -> str:
     for r in results:  # a run repeated (same variant, density, grid and seed) counts once: the last one
         grid = r.get("grid", 1)
         name = r["variant"] if grid == 1 else f"{r['variant']} {grid}x{grid}"
+        name += _apart(r)
         by_seed.setdefault((r["density_g"], name), {})[r["seed"]] = r
     groups = {key: list(runs.values()) for key, runs in by_seed.items()}
     order += [f"{v} {g}x{g}" for g in range(2, 5) for v in VARIANTS]
+    order += sorted({name for _, name in groups} - set(order))
     lines = [
         "| method | d_G | seeds | FID | FID, last 10 gens | TVD | classes | FLOPs % of dense | BR cost % | final d_D "
         "| min / max d_D | ms / G step |",
@@ -187,18 +202,50 @@ def report(results: list[dict[str, Any]], every: int) -> str:
         )
     lines += ["", f"BR / d_D every {every} generations (generation {every}, {2 * every}, ...):", ""]
     for (density, variant), runs in sorted(groups.items(), key=lambda kv: (-kv[0][0], order.index(kv[0][1]))):
-        if " " in variant or VARIANTS[variant][0] in ("dense", "set", "rigl"):
+        method = runs[0]["variant"]
+        if runs[0].get("grid", 1) > 1 or VARIANTS[method][0] in ("dense", "set", "rigl"):
             continue  # a grid's records interleave its cells; no BR for dense, SET, RigL
         for r in sorted(runs, key=lambda r: r["seed"]):
             picks = range(every - 1, len(r["br"]), every)
             line = f"- {variant} d_G {density:.0%} seed {r['seed']}: BR " + " ".join(
                 fmt(r["br"][i], 2) for i in picks
             )
-            if variant.startswith("adapt"):
+            if method.startswith("adapt"):
                 line += " | d_D " + " ".join(f"{r['density_d'][i]:.2f}" for i in picks)
-                if "calibrate" in VARIANTS[variant][1] and r["br_band"]:
+                if "calibrate" in VARIANTS[method][1] and r["br_band"]:
                     line += f" | band [{fmt(r['br_band'][0], 3)}, {fmt(r['br_band'][1], 3)}]"
             lines.append(line)
+    return "\n".join(lines)
+
+
+def _apart(run: dict[str, Any]) -> str:
+    """What sets a run apart beyond its method and grid: a D density apart from G's, and --set."""
+    initial_d = run.get("density_d_start", run["density_g"])
+    extra = f" d_D {initial_d:.0%}" if VARIANTS[run["variant"]][0] == "static" and initial_d != run["density_g"] else ""
+    return extra + "".join(f" {o}" for o in run.get("set", []))
+
+
+def probe(results: list[dict[str, Any]]) -> str:
+    """Issue 41's probe: does BR answer D's density? For static masks (no controller), BR's median over the
+    second half of each run against D's density, per setting (--set) and d_G; mean ± sd over seeds."""
+    rows: dict[tuple[str, float], dict[float, list[dict[str, Any]]]] = {}
+    for r in results:
+        if VARIANTS[r["variant"]][0] != "static" or r.get("grid", 1) > 1:
+            continue
+        setting = " ".join(r.get("set", [])) or "-"
+        density_d = r.get("density_d_start", r["density_g"])
+        rows.setdefault((setting, r["density_g"]), {}).setdefault(density_d, []).append(r)
+    lines = [
+        "| setting (--set) | d_G | d_D | seeds | BR, median of the second half | FID | classes |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for (setting, d_g), by_d in sorted(rows.items()):
+        for d_d, runs in sorted(by_d.items()):
+            medians = [statistics.median(b for b in r["br"][len(r["br"]) // 2 :] if not math.isnan(b)) for r in runs]
+            lines.append(
+                f"| {setting} | {d_g:.0%} | {d_d:.0%} | {len(runs)} | {mean_sd(medians, 3)} "
+                f"| {mean_sd([r['fid'] for r in runs], 1)} | {mean_sd([float(r['classes'] or 0) for r in runs], 1)} |"
+            )
     return "\n".join(lines)
 
 
@@ -247,13 +294,17 @@ def main() -> None:
     parser.add_argument("--report", type=Path, nargs="+", default=None, help="only print the table of these")
     parser.add_argument("--conv-timing", type=int, default=0, help="only time this many conv32 iterations")
     parser.add_argument("--threads", type=int, default=1, help="threads for --conv-timing")
+    parser.add_argument("--density-d", type=float, help="D's (initial) density, apart from G's (default: G's)")
+    parser.add_argument("--set", nargs="+", default=[], help="further recipe overrides, KEY=VALUE")
+    parser.add_argument("--probe", action="store_true", help="with --report: BR against D's density (issue 41)")
     args = parser.parse_args()
     if args.conv_timing:
         seconds = conv_step_time(args.conv_timing, 64, args.threads)
         print(f"conv32 pair, 1x32x32, batch 64, {args.threads} thread(s): {seconds:.3f} s per G+D iteration")
         return
     if args.report:
-        print(report([r for path in args.report for r in read_jsonl(path)], args.every))
+        lines = [r for path in args.report for r in read_jsonl(path)]
+        print(probe(lines) if args.probe else report(lines, args.every))
         return
     out = Path(tempfile.mkdtemp(prefix="evogan-sparse-"))
     print("command:", " ".join(["python", *sys.argv]), flush=True)

@@ -348,3 +348,27 @@ def test_a_grid_with_its_own_pairing_is_compared_with_the_controls_run_without_i
     table = horizon.comparisons(horizon.script_of("grid_size"), lines)
     (row,) = [r for r in table.splitlines() if "| independent-2x2 |" in r]
     assert "| grid-2x2 | independent-2x2 | 41 ± 1.4 | 61 ± 1.4 | -20 |" in row
+
+
+def test_the_sparse_benchmark_probes_br_against_ds_density_in_a_setting_of_its_own(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:
+    """Issue 41's probe: static masks with D's density apart from G's, under further overrides; the probe
+    table lists BR per (setting, d_G, d_D) from the raw lines alone."""
+    import sparse
+
+    log = tmp_path / "probe.jsonl"
+    common = ["sparse.py", "--generations", "2", "--batches", "2", "--hidden", "32", "--densities", "0.3"]
+    common += ["--methods", "static", "--seeds", "1", "--json", str(log), "--set", 'problem.loss={use="hinge"}']
+    for density_d in ("0.1", "0.6"):
+        monkeypatch.setattr(sys, "argv", [*common, "--density-d", density_d])
+        sparse.main()
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [r["density_d_start"] for r in lines] == [0.1, 0.6]
+    assert [round(r["density_d"][0], 2) for r in lines] == [0.1, 0.6]  # as built
+    assert all('problem.loss={use="hinge"}' in r["overrides"] and r["set"] for r in lines)
+    capsys.readouterr()
+    monkeypatch.setattr(sys, "argv", ["sparse.py", "--report", str(log), "--probe"])
+    sparse.main()
+    rows = [r for r in capsys.readouterr().out.splitlines() if r.startswith('| problem.loss={use="hinge"}')]
+    assert [r.split(" | ")[1:4] for r in rows] == [["30%", "10%", "1"], ["30%", "60%", "1"]]
