@@ -43,7 +43,6 @@ MOVED_TO_ADVERSARIAL = (
     "Pairing",
     "GeneratorStep",
     "SparsityController",
-    "StackedTraining",
     "DataSource",
     "DatasetOptions",
     "Dataset",
@@ -79,6 +78,11 @@ DEPRECATIONS: tuple[Deprecation, ...] = (
     *(
         Deprecation(f"evogan.api.{name}", f"evogan.adversarial.contracts.{name}", since="0.3.0", removal="0.4.0")
         for name in MOVED_TO_ADVERSARIAL
+    ),
+    # the training backend's contract is named as one: RowByRow and the stacked one implement it (issue 38)
+    *(
+        Deprecation(old, "evogan.adversarial.contracts.TrainingBackend", since="0.3.0", removal="0.4.0")
+        for old in ("evogan.api.StackedTraining", "evogan.adversarial.contracts.StackedTraining")
     ),
     Deprecation(
         "evogan.individual.Individual.sparse",
