@@ -84,6 +84,9 @@ DEPRECATIONS: tuple[Deprecation, ...] = (
         Deprecation(old, "evogan.adversarial.contracts.TrainingBackend", since="0.3.0", removal="0.4.0")
         for old in ("evogan.api.StackedTraining", "evogan.adversarial.contracts.StackedTraining")
     ),
+    # one Mutation per meaning: a genome's DEAP operators say so (issue 38)
+    Deprecation("evogan.genetic.Mutation", "evogan.genetic.GenomeMutation", since="0.3.0", removal="0.4.0"),
+    Deprecation("evogan.genetic.Crossover", "evogan.genetic.GenomeCrossover", since="0.3.0", removal="0.4.0"),
     Deprecation(
         "evogan.individual.Individual.sparse",
         'evogan.individual.Individual.extra["sparse"] (evogan.individual.SPARSE: one slot for per-individual state)',
