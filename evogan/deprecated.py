@@ -84,6 +84,12 @@ DEPRECATIONS: tuple[Deprecation, ...] = (
         Deprecation(old, "evogan.adversarial.contracts.TrainingBackend", since="0.3.0", removal="0.4.0")
         for old in ("evogan.api.StackedTraining", "evogan.adversarial.contracts.StackedTraining")
     ),
+    Deprecation(
+        "evogan.worker",
+        "evogan.start_worker (python -m evogan.start_worker: the entry point beside evogan.runtime.worker)",
+        since="0.3.0",
+        removal="0.4.0",
+    ),
     # one Mutation per meaning: a genome's DEAP operators say so (issue 38)
     Deprecation("evogan.genetic.Mutation", "evogan.genetic.GenomeMutation", since="0.3.0", removal="0.4.0"),
     Deprecation("evogan.genetic.Crossover", "evogan.genetic.GenomeCrossover", since="0.3.0", removal="0.4.0"),
