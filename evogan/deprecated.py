@@ -43,7 +43,6 @@ MOVED_TO_ADVERSARIAL = (
     "Pairing",
     "GeneratorStep",
     "SparsityController",
-    "StackedTraining",
     "DataSource",
     "DatasetOptions",
     "Dataset",
@@ -80,6 +79,20 @@ DEPRECATIONS: tuple[Deprecation, ...] = (
         Deprecation(f"evogan.api.{name}", f"evogan.adversarial.contracts.{name}", since="0.3.0", removal="0.4.0")
         for name in MOVED_TO_ADVERSARIAL
     ),
+    # the training backend's contract is named as one: RowByRow and the stacked one implement it (issue 38)
+    *(
+        Deprecation(old, "evogan.adversarial.contracts.TrainingBackend", since="0.3.0", removal="0.4.0")
+        for old in ("evogan.api.StackedTraining", "evogan.adversarial.contracts.StackedTraining")
+    ),
+    Deprecation(
+        "evogan.worker",
+        "evogan.start_worker (python -m evogan.start_worker: the entry point beside evogan.runtime.worker)",
+        since="0.3.0",
+        removal="0.4.0",
+    ),
+    # one Mutation per meaning: a genome's DEAP operators say so (issue 38)
+    Deprecation("evogan.genetic.Mutation", "evogan.genetic.GenomeMutation", since="0.3.0", removal="0.4.0"),
+    Deprecation("evogan.genetic.Crossover", "evogan.genetic.GenomeCrossover", since="0.3.0", removal="0.4.0"),
     Deprecation(
         "evogan.individual.Individual.sparse",
         'evogan.individual.Individual.extra["sparse"] (evogan.individual.SPARSE: one slot for per-individual state)',

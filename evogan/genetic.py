@@ -13,13 +13,14 @@ import inspect
 import random
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 from deap import tools
 from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from evogan import deprecated
 from evogan.api import ComponentOptions
 from evogan.errors import UserError
 
@@ -105,7 +106,9 @@ class Operator(ComponentOptions):
         return lambda *individuals: function(*individuals, **arguments)
 
 
-class Crossover(Operator):
+class GenomeCrossover(Operator):
+    """A crossover of ``deap.tools`` on two genomes (a role's ``crossover`` table)."""
+
     prefix: ClassVar[str] = "cx"
     arity: ClassVar[int] = 2
     what: ClassVar[str] = "crossover"
@@ -114,7 +117,10 @@ class Crossover(Operator):
     probability: float = Field(0.5, ge=0, le=1, description="chance that a child is crossed with a mate")
 
 
-class Mutation(Operator):
+class GenomeMutation(Operator):
+    """A mutation of ``deap.tools`` on one genome (a role's ``mutation`` table); not the GAN problem's
+    hyper-parameter :class:`evogan.adversarial.contracts.Mutation` component."""
+
     prefix: ClassVar[str] = "mut"
     arity: ClassVar[int] = 1
     what: ClassVar[str] = "mutation"
@@ -130,13 +136,13 @@ def operator_field(kind: type[Operator], settings: dict[str, Any], what: str) ->
 class GenomeOperators(ComponentOptions):
     """A role's crossover and mutation; a problem subclasses it to give its own defaults."""
 
-    crossover: Crossover = operator_field(
-        Crossover,
+    crossover: GenomeCrossover = operator_field(
+        GenomeCrossover,
         {"operator": "cxTwoPoint", "probability": 0.5},
         "a crossover of deap.tools (operator, probability, its arguments); the first child is kept",
     )
-    mutation: Mutation = operator_field(
-        Mutation,
+    mutation: GenomeMutation = operator_field(
+        GenomeMutation,
         {"operator": "mutFlipBit", "probability": 1.0, "indpb": 0.01},
         "a mutation of deap.tools (operator, probability, its arguments; low/up are the gene range)",
     )
@@ -207,12 +213,18 @@ class GenomeVariation:
             self._apply("mutation", self.mutation, genomes[0])
 
 
+if TYPE_CHECKING:
+    Crossover, Mutation = GenomeCrossover, GenomeMutation  # deprecated: the warning is for run time
+else:
+    # Crossover and Mutation -> GenomeCrossover and GenomeMutation (evogan.deprecated.DEPRECATIONS) warn, then work.
+    __getattr__ = deprecated.module_getattr(__name__, globals())
+
 __all__ = [
     "SUPPLIED",
-    "Crossover",
+    "GenomeCrossover",
+    "GenomeMutation",
     "GenomeOperators",
     "GenomeVariation",
-    "Mutation",
     "Operator",
     "known_operator",
     "operator_field",

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 from evogan.api import Component
+from evogan.entry_points import PROJECT
 from evogan.kinds import KINDS
-from evogan.plugin_manager import PROJECT
 
 if TYPE_CHECKING:
     from evogan.engine.run import RunInfo

@@ -1,6 +1,6 @@
 """The plugin manager: built-in plugins and third-party packages, through the same door.
 
-The manager's class and its failure records live in :mod:`evogan.plugin_manager` (the registry needs
+The manager's class and its failure records live in :mod:`evogan.entry_points` (the registry needs
 them, below the hookspecs); they are served from here too.
 """
 
@@ -13,8 +13,7 @@ from dataclasses import dataclass
 from importlib import import_module, metadata
 
 from evogan import hookspecs
-from evogan.errors import UserError
-from evogan.plugin_manager import (
+from evogan.entry_points import (
     BLOCK_ENV,
     PROJECT,
     EntryPointPlugin,
@@ -24,6 +23,7 @@ from evogan.plugin_manager import (
     first_line,
     reporting_failures,
 )
+from evogan.errors import UserError
 from evogan.version import __version__
 
 # Built-in methods are ordinary plugins, registered like any third-party package.

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 from evogan.adversarial import adapt_problem
 from evogan.deprecated import adapt_signatures
+from evogan.entry_points import PluginManager, first_line
 from evogan.errors import ComponentConflictError, UserError
 from evogan.kinds import KINDS
-from evogan.plugin_manager import PluginManager, first_line
 
 if TYPE_CHECKING:
     import pluggy

@@ -1,18 +1,15 @@
-"""``torchrun ... -m evogan.worker RECIPE --run-dir DIR``: one worker of a distributed run.
-
-A thin entry point; the work is in :mod:`evogan.runtime.worker`.
+"""Deprecated (0.3.0): ``python -m evogan.start_worker``, whose name says what it does beside
+:mod:`evogan.runtime.worker`, the worker's work. ``-m evogan.worker`` still starts a worker, with one warning.
 """
 
 from __future__ import annotations
 
-import os
-import sys
+from evogan import deprecated
 
-from evogan.runtime.worker import main
+# Attributed to this module when run with -m (``__main__``: shown by default), else to the importing line.
+deprecated.warn("evogan.worker", stacklevel=2 if __name__ == "__main__" else 3)
 
 if __name__ == "__main__":
-    code = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    # Every output is already written and fsynced; interpreter teardown with torch loaded takes seconds.
-    os._exit(code)
+    from evogan.start_worker import start
+
+    start()

@@ -64,6 +64,18 @@ def free_port() -> int:
 
 
 # ------------------------------------------------------------------------------------------ fast
+def test_the_old_worker_module_still_starts_a_worker_with_one_warning() -> None:
+    """``-m evogan.worker`` (cluster scripts before 0.3.0) is ``-m evogan.start_worker``, with one
+    DeprecationWarning that Python shows (it is attributed to ``__main__``)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
+    done = subprocess.run(
+        [PY, "-m", "evogan.worker", "--help"], capture_output=True, text=True, timeout=120, env=env, check=False
+    )
+    assert done.returncode == 0 and done.stdout.startswith("usage: evogan.start_worker"), done
+    assert done.stderr.count("DeprecationWarning: evogan.worker is deprecated") == 1, done.stderr
+    assert "use evogan.start_worker" in done.stderr
+
+
 @pytest.mark.parametrize(("cells", "world"), [(4, 1), (4, 2), (9, 2), (9, 4), (5, 5)])
 def test_cells_are_spread_in_contiguous_blocks(cells: int, world: int) -> None:
     blocks = [list(cells_of(rank, world, cells)) for rank in range(world)]
@@ -448,7 +460,7 @@ def torchrun(recipe: Path, run_dir: Path, port: int, rdzv_id: str, *extra: str) 
         "0",
         *extra,
         "-m",
-        "evogan.worker",
+        "evogan.start_worker",
         str(recipe),
         "--run-dir",
         str(run_dir),

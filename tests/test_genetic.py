@@ -101,3 +101,16 @@ def test_operators_that_cannot_handle_fixed_genomes_fail_at_setup_naming_the_key
     )
     with pytest.raises(UserError, match=r"problem\.parasite\.mutation: mutESLogNormal failed on a genome of 40"):
         bits.check(40)
+
+
+@pytest.mark.parametrize(("old", "new"), [("Mutation", "GenomeMutation"), ("Crossover", "GenomeCrossover")])
+def test_the_old_operator_names_warn_once_and_are_the_genome_operators(old: str, new: str) -> None:
+    """One Mutation per meaning (0.3.0): a genome's DEAP operators are GenomeMutation and GenomeCrossover;
+    the old names, importable by 0.2-era genome problems, warn once and are the same classes."""
+    import evogan.genetic as genetic
+
+    message = rf"evogan\.genetic\.{old} is deprecated .*: use evogan\.genetic\.{new}$"
+    with pytest.warns(DeprecationWarning, match=message) as caught:
+        exec(f"from evogan.genetic import {old} as kept", namespace := {"__name__": "genome_problem"})
+    assert len(caught) == 1 and caught[0].filename == "<string>"
+    assert namespace["kept"] is getattr(genetic, new)

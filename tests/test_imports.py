@@ -193,13 +193,13 @@ def test_a_cycle_is_reported_as_the_modules_on_it() -> None:
 
 
 def test_names_moved_to_break_cycles_still_import_from_their_old_places() -> None:
-    from evogan import __version__, hookspecs, plugin_manager, plugins, rng, version
+    from evogan import __version__, entry_points, hookspecs, plugins, rng, version
     from evogan.api import ScoreStream
 
-    assert __version__ == version.__version__ and hookspecs.PROJECT == plugin_manager.PROJECT == "evogan"
+    assert __version__ == version.__version__ and hookspecs.PROJECT == entry_points.PROJECT == "evogan"
     assert ScoreStream is rng.ScoreStream
-    for name in plugin_manager.__all__:  # the manager's class and its failure records, out of evogan.plugins
-        assert getattr(plugins, name) is getattr(plugin_manager, name), name
+    for name in entry_points.__all__:  # the manager's class and its failure records, out of evogan.plugins
+        assert getattr(plugins, name) is getattr(entry_points, name), name
 
 
 def test_the_engine_and_runtime_import_no_sparsity_or_average_module() -> None:

@@ -162,6 +162,20 @@ def test_moved_gan_contract_warns_once_and_is_the_same_class(name: str) -> None:
     assert len(caught) == 1
 
 
+@pytest.mark.parametrize("module", ["evogan.api", "evogan.adversarial.contracts"])
+def test_stacked_training_is_the_training_backend_with_one_warning(module: str) -> None:
+    """The contract both backends implement is TrainingBackend (0.3.0); StackedTraining, its old name at
+    either old path, warns once and is the same class."""
+    from evogan.adversarial.contracts import TrainingBackend
+
+    old, new = f"{module}.StackedTraining", "evogan.adversarial.contracts.TrainingBackend"
+    message = rf"{re.escape(old)} is deprecated .*: use {re.escape(new)}$"
+    with pytest.warns(DeprecationWarning, match=message) as caught:
+        exec(f"from {module} import StackedTraining as old", namespace := {"__name__": "plugin_0_2"})
+    assert len(caught) == 1 and caught[0].filename == "<string>"
+    assert namespace["old"] is TrainingBackend
+
+
 # Built-in names that are also ordinary words in a module outside builtin/, each with what it means there.
 ORDINARY_WORDS = {
     ("docs.py", "none"): "what the generated reference prints for an absent default",

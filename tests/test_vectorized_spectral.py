@@ -16,7 +16,7 @@ from test_vectorized import LOOPED, VECTORISED, BatchNormPlugin, assert_close, i
 from torch import nn
 
 from evogan.builtin.gan.image_networks import MnistMlp
-from evogan.builtin.gan.stacked import StackedGan, momenta, power_iterations
+from evogan.builtin.gan.stacked import StackedGanTraining, momenta, power_iterations
 from evogan.cli import cli
 from evogan.engine.rundir import RunDirectory
 from evogan.plugins import registered
@@ -77,7 +77,7 @@ def test_a_stacked_train_mode_forward_is_each_networks_own(style: str) -> None:
     stack = SimpleNamespace(template=nets[0], buffers=buffers, iterations=power_iterations(nets[0]))
     x = torch.randn(3, 4, 6)
     held = [nets[0][i].__dict__.get("weight") for i in (0, 2)]  # the old hook's attribute (None: a property)
-    out = StackedGan._forward(stack)(params, buffers, x)  # type: ignore[arg-type]
+    out = StackedGanTraining._forward(stack)(params, buffers, x)  # type: ignore[arg-type]
     assert all(nets[0][i].__dict__.get("weight") is w for i, w in zip((0, 2), held, strict=True))  # put back
     for row, net in enumerate(nets):
         torch.testing.assert_close(out[row], net(x[row]), rtol=1e-5, atol=1e-6)
@@ -85,7 +85,7 @@ def test_a_stacked_train_mode_forward_is_each_networks_own(style: str) -> None:
             torch.testing.assert_close(buffers[name][row], value, rtol=1e-5, atol=1e-6)
     nets[0].eval()
     before = {n: b.clone() for n, b in buffers.items()}
-    StackedGan._forward(stack)(params, buffers, x)  # type: ignore[arg-type]
+    StackedGanTraining._forward(stack)(params, buffers, x)  # type: ignore[arg-type]
     assert all(torch.equal(before[n], buffers[n]) for n in buffers)  # eval mode: no iteration
 
 

@@ -2,10 +2,11 @@
 other (Lipizzaner's generation). GAN problems implement :class:`AdversarialProblem`; the engine sees only
 the generic :class:`evogan.api.Problem`, whose ``vary`` this class implements as training.
 
-A generation's training is one loop (:func:`_train`) on one of two backends: :class:`RowByRow` steps each
-individual through the problem's own steps; a :class:`~evogan.adversarial.contracts.StackedTraining` (``run.vectorize``)
-steps the cells of one process as rows of one batched computation. Both draw each cell's pairing and mutations
-from its own streams in the same order, so they agree within float tolerance.
+A generation's training is one loop (:func:`_train`) on one of the two implementations of
+:class:`~evogan.adversarial.contracts.TrainingBackend`: :class:`RowByRow` steps each individual through the
+problem's own steps; a stacked one (``run.vectorize``, from :meth:`AdversarialProblem.stacked_training`) steps the
+cells of one process as rows of one batched computation. Both draw each cell's pairing and mutations from its own
+streams in the same order, so they agree within float tolerance.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from evogan.adversarial.contracts import Faced, GeneratorStep, Mutation, Pairing, SparsityController, StackedTraining
+from evogan.adversarial.contracts import Faced, GeneratorStep, Mutation, Pairing, SparsityController, TrainingBackend
 from evogan.api import ROLES, ComponentOptions, OptionsT, Problem, ProblemContext, Role, Variation
 from evogan.errors import UserError
 from evogan.individual import AVERAGE, Individual, layout_extra
@@ -158,10 +159,10 @@ class AdversarialProblem(Problem[OptionsT]):
 
     def stacked_training(
         self, generators: Sequence[Individual], discriminators: Sequence[Individual], *, hooks: bool = False
-    ) -> StackedTraining | str:
+    ) -> TrainingBackend | str:
         """These individuals' training as one batched computation, or a one-line reason why it cannot
         be (then each individual trains on its own, through the steps above). ``hooks``: a sparsity
-        controller acts on each individual after every step (see :class:`StackedTraining`)."""
+        controller acts on each individual after every step (see :class:`TrainingBackend`)."""
         return f"problem {self.name} trains one individual at a time"
 
     # ------------------------------------------------------------------------------ variation = training
@@ -212,7 +213,7 @@ class AdversarialProblem(Problem[OptionsT]):
             job.seconds = share
 
 
-class RowByRow(StackedTraining):
+class RowByRow(TrainingBackend):
     """The training backend that steps each individual on its own, through the problem's own
     ``generator_step`` and ``discriminator_step`` (the reference arithmetic)."""
 
@@ -222,10 +223,10 @@ class RowByRow(StackedTraining):
         self.problem, self.generators, self.discriminators = problem, generators, discriminators
 
     def generator_step(
-        self, faced: Sequence[Faced], real: Sequence[torch.Tensor], generators: Sequence[torch.Generator]
+        self, faced: Sequence[Faced], real: Sequence[torch.Tensor], streams: Sequence[torch.Generator]
     ) -> list[GeneratorStep]:
         infos = []
-        for g, chosen, batch, stream in zip(self.generators, faced, real, generators, strict=True):
+        for g, chosen, batch, stream in zip(self.generators, faced, real, streams, strict=True):
             # One opponent keeps the plain call (and its exact arithmetic); several are weighted.
             defence = chosen[0][0].network if len(chosen) == 1 else [(d.network, w) for d, w in chosen]
             # their own state (an augmentation probability), passed only where one has any
@@ -234,9 +235,9 @@ class RowByRow(StackedTraining):
         return infos
 
     def discriminator_step(
-        self, defenders: Sequence[Individual], real: Sequence[torch.Tensor], generators: Sequence[torch.Generator]
+        self, defenders: Sequence[Individual], real: Sequence[torch.Tensor], streams: Sequence[torch.Generator]
     ) -> None:
-        for d, defender, batch, stream in zip(self.discriminators, defenders, real, generators, strict=True):
+        for d, defender, batch, stream in zip(self.discriminators, defenders, real, streams, strict=True):
             self.problem.discriminator_step(d, defender.network, batch, generator=stream)
 
     def close(self) -> None:
@@ -261,7 +262,7 @@ def _begin(problem: AdversarialProblem[Any], job: Variation) -> None:
 
 
 def _train(
-    problem: AdversarialProblem[Any], jobs: Sequence[Variation], backend: StackedTraining
+    problem: AdversarialProblem[Any], jobs: Sequence[Variation], backend: TrainingBackend
 ) -> Iterator[int]:
     """Lipizzaner's generation for every cell of ``jobs``, step by step: each cell's pairing, then each
     member's mutation, from the cell's own streams; one step of every generator on ``backend``; the sparsity

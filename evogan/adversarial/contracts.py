@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 from pydantic import Field
 
+from evogan import deprecated
 from evogan.api import Component, ComponentOptions, Opponents, OptionsT, Problem
 from evogan.errors import MessageRejected
 from evogan.individual import Individual, Role
@@ -159,33 +160,37 @@ class SparsityController(Component[OptionsT]):
         return ""
 
 
-class StackedTraining(abc.ABC):
-    """A problem's training steps for many individuals at once: the cells of one process trained as one
-    batched computation (:mod:`evogan.engine.vectorized`). Made per generation by :meth:`Problem.stacked_training`,
-    it holds the stacked weights and optimizer state until :meth:`close` writes them back. Row ``i`` trains as the
-    problem's own ``generator_step``/``discriminator_step`` would, with its own ``hyper["lr"]`` and noise from
-    ``generators[i]`` in order, within float tolerance. Made with ``hooks``, it must keep each individual's
-    parameters, their latest ``.grad``, moments and buffers as views of the stack while open, so that a sparsity
-    controller's in-place changes act on the stack.
+class TrainingBackend(abc.ABC):
+    """How a generation's training steps its individuals (rows): one by one or as one batched computation.
+
+    :class:`~evogan.adversarial.RowByRow` steps each through the problem's own ``generator_step`` and
+    ``discriminator_step``; a stacked backend, made per generation by
+    :meth:`~evogan.adversarial.AdversarialProblem.stacked_training` (``run.vectorize``), steps the cells of one
+    process as one batched computation (:mod:`evogan.engine.vectorized`) and holds the stacked weights and
+    optimizer state until :meth:`close` writes them back. Row ``i`` trains as the problem's own steps would,
+    with its own ``hyper["lr"]`` and noise from the random stream ``streams[i]`` in order, within float tolerance.
+    A stacked backend made with ``hooks`` must keep each individual's parameters, their latest ``.grad``, moments
+    and buffers as views of the stack while open, so that a sparsity controller's in-place changes act on the stack.
     """
 
     @abc.abstractmethod
     def generator_step(
-        self, faced: Sequence[Faced], real: Sequence[torch.Tensor], generators: Sequence[torch.Generator]
+        self, faced: Sequence[Faced], real: Sequence[torch.Tensor], streams: Sequence[torch.Generator]
     ) -> list[GeneratorStep]:
-        """One step of every stacked generator, ``i`` against the discriminators ``faced[i]`` (weighted
-        as ``generator_step`` weighs several) on the batch ``real[i]``; per row, what the step leaves
-        for a sparsity controller (as :meth:`Problem.generator_step` returns it)."""
+        """One step of every generator, ``i`` against the discriminators ``faced[i]`` (weighted as
+        ``generator_step`` weighs several) on the batch ``real[i]``, drawing from ``streams[i]``; per row,
+        what the step leaves for a sparsity controller (as
+        :meth:`~evogan.adversarial.AdversarialProblem.generator_step` returns it)."""
 
     @abc.abstractmethod
     def discriminator_step(
-        self, defenders: Sequence[Individual], real: Sequence[torch.Tensor], generators: Sequence[torch.Generator]
+        self, defenders: Sequence[Individual], real: Sequence[torch.Tensor], streams: Sequence[torch.Generator]
     ) -> None:
-        """One step of every stacked discriminator, ``i`` against the generator ``defenders[i]``."""
+        """One step of every discriminator, ``i`` against the generator ``defenders[i]``."""
 
     @abc.abstractmethod
     def close(self) -> None:
-        """Write the weights and optimizer state back into the individuals."""
+        """Write the weights and optimizer state back into the individuals (nothing, where they never left)."""
 
 
 # ------------------------------------------------------------------------------ GAN problem parts
@@ -348,6 +353,12 @@ KINDS: tuple[type[Component[Any]], ...] = (
     Pairing,
 )
 
+if TYPE_CHECKING:
+    StackedTraining = TrainingBackend  # deprecated: type checkers see the alias, the warning is for run time
+else:
+    # StackedTraining -> TrainingBackend (evogan.deprecated.DEPRECATIONS) warns, then works.
+    __getattr__ = deprecated.module_getattr(__name__, globals())
+
 __all__ = [
     "KINDS",
     "Augment",
@@ -362,5 +373,5 @@ __all__ = [
     "Networks",
     "Pairing",
     "SparsityController",
-    "StackedTraining",
+    "TrainingBackend",
 ]

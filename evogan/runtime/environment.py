@@ -26,7 +26,7 @@ class WorkerEnv:
     def from_environ(cls) -> WorkerEnv:
         get = os.environ.get
         if "RANK" not in os.environ:
-            raise UserError("evogan.worker runs under torchrun (or `evogan run --workers N`): RANK is not set")
+            raise UserError("evogan.start_worker runs under torchrun (or `evogan run --workers N`): RANK is not set")
         return cls(
             rank=int(get("RANK", "0")),
             world=int(get("WORLD_SIZE", "1")),

@@ -1,7 +1,7 @@
 """``evogan run --workers N``: N worker processes on this machine under torch's elastic agent.
 
 The agent (``elastic_launch``, c10d rendezvous on a free loopback port, ``max_restarts`` from the
-recipe) runs in a background thread and starts ``python -m evogan.worker --run-dir DIR`` N times: the
+recipe) runs in a background thread and starts ``python -m evogan.start_worker --run-dir DIR`` N times: the
 same command torchrun starts on each node of a multi-machine run. The workers read the recipe from the
 run directory and build their own plugins; nothing pickled crosses over.
 
@@ -373,7 +373,7 @@ def launch(
         # Workers redirect their own output to logs/worker-<rank>.out (torch's redirect leaks file handles).
         logs_specs=DefaultLogsSpecs(log_dir=str(run_dir.path / "logs" / "elastic")),
     )
-    args = ["-u", "-m", "evogan.worker", "--run-dir", str(run_dir.path)]
+    args = ["-u", "-m", "evogan.start_worker", "--run-dir", str(run_dir.path)]
     for name in blocked:
         args += ["--disable-plugin", name]
     outcome: dict[str, BaseException | None] = {"error": None}

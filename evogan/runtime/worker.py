@@ -1,10 +1,11 @@
 """A worker process: its block of the grid's cells, one torch elastic round at a time.
 
-Started by ``evogan run --workers N`` (:mod:`evogan.runtime.launcher`) or ``torchrun ... -m evogan.worker``; both run
-:func:`run_worker`. Each round builds its own plugin manager and validates the recipe (nothing arrives pickled),
-shares endpoints over gloo as fixed-size byte rows (no pickle), resumes its cells when all have a checkpoint, then
-runs the shared :class:`~evogan.engine.run.Driver`. Rank 0 fires the per-run hooks and writes summary.json. The
-gloo group stays open for the final gather: a worker that closed early would drop messages neighbours still wait for.
+Started by ``evogan run --workers N`` (:mod:`evogan.runtime.launcher`) or ``torchrun ... -m evogan.start_worker``
+(:mod:`evogan.start_worker`); both run :func:`run_worker`. Each round builds its own plugin manager and validates
+the recipe (nothing arrives pickled), shares endpoints over gloo as fixed-size byte rows (no pickle), resumes its
+cells when all have a checkpoint, then runs the shared :class:`~evogan.engine.run.Driver`. Rank 0 fires the per-run
+hooks and writes summary.json. The gloo group stays open for the final gather: a worker that closed early would drop
+messages neighbours still wait for.
 """
 
 from __future__ import annotations
@@ -226,10 +227,10 @@ def run_worker(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m evogan.worker [RECIPE] --run-dir DIR [--set K=V]... [--disable-plugin NAME]...``"""
+    """``python -m evogan.start_worker [RECIPE] --run-dir DIR [--set K=V]... [--disable-plugin NAME]...``"""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="evogan.worker", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="evogan.start_worker", description=main.__doc__)
     parser.add_argument("recipe", nargs="?", type=Path, help="recipe (default: DIR/recipe.toml)")
     parser.add_argument("--run-dir", required=True, type=Path, help="run directory (the same on every node)")
     parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")

@@ -24,7 +24,7 @@ from evogan.adversarial.contracts import (
     Loss,
     Metric,
     Networks,
-    StackedTraining,
+    TrainingBackend,
 )
 from evogan.api import ComponentOptions, ProblemContext, Role, Sampler, ScoreStream, StackedFitness, Variation
 from evogan.builtin.gan.egan import Egan, EganOptions
@@ -502,8 +502,8 @@ class GanProblem(AdversarialProblem[GanOptions]):
 
     def stacked_training(
         self, generators: Sequence[Individual], discriminators: Sequence[Individual], *, hooks: bool = False
-    ) -> StackedTraining | str:
-        from evogan.builtin.gan.stacked import StackedGan, unautocast, unstackable
+    ) -> TrainingBackend | str:
+        from evogan.builtin.gan.stacked import StackedGanTraining, unautocast, unstackable
 
         if self.egan is not None:
             return "problem.egan: E-GAN's children train one generator at a time (looped)"
@@ -515,7 +515,7 @@ class GanProblem(AdversarialProblem[GanOptions]):
             )
             if reason:
                 return reason
-        return StackedGan(self, generators, discriminators, hooks=hooks, clip=self.options.clip_weights)
+        return StackedGanTraining(self, generators, discriminators, hooks=hooks, clip=self.options.clip_weights)
 
     def stacked_fitness(
         self, generators: Sequence[nn.Module], discriminators: Sequence[nn.Module]

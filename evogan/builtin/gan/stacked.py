@@ -18,7 +18,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, vmap
 
-from evogan.adversarial.contracts import Augment, Faced, GeneratorStep, Loss, StackedTraining
+from evogan.adversarial.contracts import Augment, Faced, GeneratorStep, Loss, TrainingBackend
 from evogan.individual import Individual
 from evogan.precision import Precision
 
@@ -535,8 +535,10 @@ class Opposed:
                         into.mul_(keep).add_(used[row] - keep * self._before[name][row])
 
 
-class StackedGan(StackedTraining):
-    """:class:`~evogan.adversarial.contracts.StackedTraining` for :class:`~evogan.builtin.gan.problem.GanProblem`."""
+class StackedGanTraining(TrainingBackend):
+    """The stacked :class:`~evogan.adversarial.contracts.TrainingBackend` of
+    :class:`~evogan.builtin.gan.problem.GanProblem`: every row in one batched step (the other backend,
+    :class:`~evogan.adversarial.RowByRow`, steps them one by one)."""
 
     def __init__(
         self,
@@ -615,27 +617,27 @@ class StackedGan(StackedTraining):
         return logits.float()  # the losses' input (a no-op in fp32)
 
     def _noise(
-        self, real: Sequence[torch.Tensor], generators: Sequence[torch.Generator], calls: Sequence[int]
+        self, real: Sequence[torch.Tensor], streams: Sequence[torch.Generator], calls: Sequence[int]
     ) -> tuple[torch.Tensor, list[torch.Generator]]:
         """Each row's noise, and the stream the row's ``calls[i]`` augmentations then draw from, such that
         every cell's stream gives what the looped steps draw from it: a row's noise, then its
         augmentations, row after row. A stream no later row shares is the row's own; a shared one is
         copied after the row's noise and moved past the row's draws (its augmentations run on zeros:
         how much they draw depends on the shape alone)."""
-        last = {id(g): row for row, g in enumerate(generators)}
-        noise, streams = [], []
-        for row, (r, g) in enumerate(zip(real, generators, strict=True)):
-            noise.append(self.problem.noise(r.shape[0], g))
-            if last[id(g)] == row or not calls[row]:
-                streams.append(g)
+        last = {id(stream): row for row, stream in enumerate(streams)}
+        noise, augmenting = [], []
+        for row, (r, stream) in enumerate(zip(real, streams, strict=True)):
+            noise.append(self.problem.noise(r.shape[0], stream))
+            if last[id(stream)] == row or not calls[row]:
+                augmenting.append(stream)
                 continue
-            fork = torch.Generator(device=g.device)
-            fork.set_state(g.get_state())
-            streams.append(fork)
+            fork = torch.Generator(device=stream.device)
+            fork.set_state(stream.get_state())
+            augmenting.append(fork)
             blank = torch.zeros_like(r)
             for _ in range(calls[row]):
-                self.problem.augment(blank, generator=g)
-        return torch.stack(noise), streams
+                self.problem.augment(blank, generator=stream)
+        return torch.stack(noise), augmenting
 
     def _augmented_fakes(
         self, fake: torch.Tensor, faced: Sequence[Faced], streams: Sequence[torch.Generator], width: int
@@ -663,15 +665,15 @@ class StackedGan(StackedTraining):
         return [0 if self.problem.augment.identity else n for n in per_row]
 
     def generator_step(
-        self, faced: Sequence[Faced], real: Sequence[torch.Tensor], generators: Sequence[torch.Generator]
+        self, faced: Sequence[Faced], real: Sequence[torch.Tensor], streams: Sequence[torch.Generator]
     ) -> list[GeneratorStep]:
         adaptive = self.problem.augment.adaptive
-        z, streams = self._noise(real, generators, self._augment_calls([len(f) if adaptive else 1 for f in faced]))
+        z, augmenting = self._noise(real, streams, self._augment_calls([len(f) if adaptive else 1 for f in faced]))
         loss_fn = self.problem.loss.generator_loss
         with self.problem.precision.autocast():
             fake = self.forward_g(self.g.params, self.g.buffers, z)
         width = max(len(f) for f in faced)
-        fakes = self._augmented_fakes(fake, faced, streams, width)
+        fakes = self._augmented_fakes(fake, faced, augmenting, width)
         if width == 1:  # one opponent each: the plain loss, as the looped path computes it
             logits = first = self._facing(self._opponents(self.d, [f[0][0] for f in faced]), fakes[0])
             losses = rowwise(loss_fn, logits)
@@ -693,9 +695,9 @@ class StackedGan(StackedTraining):
         return [GeneratorStep(z=z[i], real=real[i], fake_logits_pre=pre[i], step=0) for i in range(len(faced))]
 
     def discriminator_step(
-        self, defenders: Sequence[Individual], real: Sequence[torch.Tensor], generators: Sequence[torch.Generator]
+        self, defenders: Sequence[Individual], real: Sequence[torch.Tensor], streams: Sequence[torch.Generator]
     ) -> None:
-        z, streams = self._noise(real, generators, self._augment_calls([2] * len(real)))
+        z, augmenting = self._noise(real, streams, self._augment_calls([2] * len(real)))
         batch = torch.stack(list(real))
         with torch.no_grad():
             opposed = self._opponents(self.g, defenders)
@@ -706,8 +708,8 @@ class StackedGan(StackedTraining):
         states = [self.problem.augment_state(d, start=True) for d in self.d.individuals]
         if not augment.identity:  # each row's real batch, then its fakes, from the row's stream
             rows = range(len(real))
-            batch = torch.stack([augment(batch[i], generator=streams[i], state=states[i]) for i in rows])
-            fake = torch.stack([augment(fake[i], generator=streams[i], state=states[i]) for i in rows])
+            batch = torch.stack([augment(batch[i], generator=augmenting[i], state=states[i]) for i in rows])
+            fake = torch.stack([augment(fake[i], generator=augmenting[i], state=states[i]) for i in rows])
         params, buffers, forward = self.d.params, self.d.buffers, self.forward_d
         with self.problem.precision.autocast():
             if self.joint:
@@ -740,7 +742,7 @@ __all__ = [
     "Opposed",
     "PowerIteration",
     "Stack",
-    "StackedGan",
+    "StackedGanTraining",
     "linear_plan",
     "momenta",
     "power_iterations",

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from evogan.genetic import GenomeOperators, Mutation, operator_field
+from evogan.genetic import GenomeMutation, GenomeOperators, operator_field
 
 
 class HostOperators(GenomeOperators):
     """Variation of hosts: genomes are the flat list ``[a0, b0, a1, b1, ...]`` of wire numbers; the
     crossover is the default, cxTwoPoint with probability 0.5."""
 
-    mutation: Mutation = operator_field(
-        Mutation,
+    mutation: GenomeMutation = operator_field(
+        GenomeMutation,
         # about 2 of 120 wire numbers for 60 comparators: a comparator or two moved per child
         {"operator": "mutUniformInt", "probability": 1.0, "indpb": 0.02},
         "a mutation of deap.tools (operator, probability, its arguments; low/up are the wire range)",

@@ -1,5 +1,5 @@
-"""The plugin manager's class: pluggy's, plus where each entry-point plugin came from and which ones
-failed to load.
+"""Entry-point plugins: where each came from (:class:`EntryPointPlugin`), which failed to load
+(:class:`PluginFailure`, reported once), and the manager class that keeps both (:class:`PluginManager`: pluggy's).
 
 Apart from :mod:`evogan.plugins`, which makes managers (hookspecs, built-ins, entry points) and serves
 these names too: :mod:`evogan.registry` needs the class to leave out a plugin whose registration hook
