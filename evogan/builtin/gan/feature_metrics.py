@@ -58,13 +58,14 @@ def kid(
     for index in range(count):
         rows = None if size == real.shape[0] else torch.randperm(real.shape[0], generator=draw)[:size]
         cols = None if fake_sums is not None else torch.randperm(fake.shape[0], generator=draw)[:size]
-        x, y = _take(real, rows), _take(fake, cols)
         key = (real.shape[0], fake.shape[0], size, index)
         if key not in memo:
+            x = _take(real, rows)
             memo[key] = _kernel_sums(x, x)
+        y = _take(fake, cols)
         yy = fake_sums if fake_sums is not None else _kernel_sums(y, y)
         if cross is None:
-            xy = _kernel(x, y)
+            xy = _kernel(_take(real, rows), y)
         else:
             xy = _take(cross, rows)
             xy = xy if cols is None else xy[:, cols]
