@@ -2,6 +2,7 @@
 
     nice -n 15 .venv/bin/python benchmarks/startup.py                 # 7 repeats per command
     nice -n 15 .venv/bin/python benchmarks/startup.py --repeats 11 --importtime
+    nice -n 15 .venv/bin/python benchmarks/startup.py --networks      # building networks instead
 
 Each command runs in a fresh interpreter (``python -m evogan ...``), as a user's shell would start it; the
 table gives the median, minimum and maximum wall seconds and whether torch ended up imported (checked in a
@@ -9,11 +10,16 @@ separate run that prints ``sys.modules``). ``--importtime`` adds, per command, t
 ``python -X importtime`` reports for the packages that matter (evogan itself, torch, numpy, pydantic...),
 which says where the time goes. ``python -m`` puts the working directory first on ``sys.path``: to time
 another checkout, run the script from that checkout's directory, with its ``PYTHONPATH``.
+
+``--networks`` times instead what a run pays to build its networks (issue 39): in a fresh interpreter with
+torch already imported, the first and the second build of each network below, and whether building
+imported ``torch._dynamo`` (the meta device's operations do).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -39,6 +45,48 @@ PROBE = (
     "    pass\n"
     "print('TORCH', 'torch' in sys.modules, file=sys.stderr)\n"
 )
+
+
+# label: (module, class, options, sample shape)
+NETWORKS: dict[str, tuple[str, str, dict[str, object], tuple[int, ...]]] = {
+    "mnist_mlp, the demo's (hidden 384, spectral norm)": (
+        "evogan.builtin.gan.image_networks", "MnistMlp", {"hidden": 384, "spectral_norm": True}, (1, 28, 28)
+    ),
+    "sngan32 (spectral norm on 8 layers)": ("evogan.builtin.gan.sngan", "Sngan32", {}, (3, 32, 32)),
+}
+BUILD = (
+    "import importlib, json, sys, time, torch\n"
+    "module, name, options, shape = json.loads(sys.argv[1])\n"
+    "cls = getattr(importlib.import_module(module), name)\n"
+    "networks = cls(cls.Options(**options))\n"
+    "out = {}\n"
+    "for label, role in (('first D', 'discriminator'), ('second D', 'discriminator'), ('first G', 'generator')):\n"
+    "    started = time.perf_counter()\n"
+    "    networks.build(role, tuple(shape), generator=torch.Generator().manual_seed(0))\n"
+    "    out[label] = time.perf_counter() - started\n"
+    "out['dynamo'] = 'torch._dynamo' in sys.modules\n"
+    "print(json.dumps(out))\n"
+)
+
+
+def build_times(spec: tuple[str, str, dict[str, object], tuple[int, ...]]) -> dict[str, float]:
+    """Seconds of the first and second discriminator build and the first generator build, in a fresh
+    interpreter, and whether ``torch._dynamo`` ended up imported."""
+    done = subprocess.run(
+        [sys.executable, "-c", BUILD, json.dumps(spec)], capture_output=True, text=True, check=True
+    )
+    result: dict[str, float] = json.loads(done.stdout)
+    return result
+
+
+def networks(repeats: int) -> None:
+    print("\n| network | first D s | second D s | first G s | torch._dynamo imported |  (median of fresh interpreters)")
+    print("|---|---|---|---|---|")
+    for label, spec in NETWORKS.items():
+        runs = [build_times(spec) for _ in range(repeats)]
+        keys = ("first D", "second D", "first G")
+        cells = " | ".join(f"{statistics.median(r[key] for r in runs):.3f}" for key in keys)
+        print(f"| {label} | {cells} | {'yes' if any(r['dynamo'] for r in runs) else 'no'} |")
 
 
 def wall(args: list[str]) -> float:
@@ -71,8 +119,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--importtime", action="store_true", help="where the import time goes, per command")
+    parser.add_argument("--networks", action="store_true", help="time building networks instead (issue 39)")
     args = parser.parse_args()
     print(f"load before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; python {sys.version.split()[0]}")
+    if args.networks:
+        networks(args.repeats)
+        print(f"\nload after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        return
     wall(["--help"])  # warm the file cache once
     print("\n| command | median s | min s | max s | torch imported |")
     print("|---|---|---|---|---|")

@@ -102,3 +102,69 @@ def test_the_classifier_metric_reports_them_beside_fid_and_options_turn_them_off
     assert plain.keys() == {"fid", "tvd", "classes_covered"} and plain["fid"] == pytest.approx(scores["fid"])
     diverged = _classifier().score(torch.full((4, 1, 28, 28), float("nan")))
     assert diverged["kid"] == float("inf") and diverged["coverage"] == 0.0
+
+
+# The scores as first written (issue 26), each subset's cross kernel and k-NN radii by kthvalue: the faster
+# code must give the same values to the last bit (issue 39: the mixture ES scores hundreds of times a run).
+def _kid_as_written(real: torch.Tensor, fake: torch.Tensor, subsets: int, subset_size: int) -> tuple[float, float]:
+    real, fake = real.double(), fake.double()
+    size = min(subset_size, real.shape[0], fake.shape[0])
+    whole = size == real.shape[0] == fake.shape[0]
+    draw = torch.Generator().manual_seed(0)
+
+    def kernel(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return (a @ b.T / a.shape[1] + 1) ** 3
+
+    values = []
+    for _ in range(1 if whole else subsets):
+        x = real if size == real.shape[0] else real[torch.randperm(real.shape[0], generator=draw)[:size]]
+        y = fake if size == fake.shape[0] else fake[torch.randperm(fake.shape[0], generator=draw)[:size]]
+        kxx, kyy = kernel(x, x), kernel(y, y)
+        off = (kxx.sum() - kxx.diagonal().sum() + kyy.sum() - kyy.diagonal().sum()) / (size * (size - 1))
+        values.append(float(off - 2 * kernel(x, y).mean()))
+    spread = torch.tensor(values, dtype=torch.float64)
+    return float(spread.mean()), float(spread.std(unbiased=False)) if len(values) > 1 else 0.0
+
+
+def _prdc_as_written(real: torch.Tensor, fake: torch.Tensor, k: int) -> dict[str, float]:
+    def radii(features: torch.Tensor) -> torch.Tensor:
+        every = features.double()
+        return torch.cdist(every, every).kthvalue(k + 1, dim=1).values
+
+    radii_real, radii_fake = radii(real), radii(fake)
+    between = torch.cdist(fake.double(), real.double())
+    inside = between < radii_real.unsqueeze(0)
+    return {
+        "precision": float(inside.any(dim=1).double().mean()),
+        "recall": float((between < radii_fake.unsqueeze(1)).any(dim=0).double().mean()),
+        "density": float(inside.double().sum() / (k * fake.shape[0])),
+        "coverage": float((between.min(dim=0).values < radii_real).double().mean()),
+    }
+
+
+@pytest.mark.parametrize(
+    ("reals", "fakes", "dim", "subsets", "size", "k"),
+    [
+        (1000, 500, 50, 10, 1000, 5),  # the demo's: every real against every fake, once
+        (1000, 500, 50, 10, 200, 5),  # subsets of both: each subset's own cross kernel
+        (120, 60, 8, 5, 50, 3),  # subsets of both, gathered from the whole cross kernel
+        (300, 300, 16, 5, 300, 3),  # one subset: the whole sets
+        (50, 500, 10, 20, 30, 2),
+    ],
+)
+def test_scores_are_the_first_written_ones_to_the_last_bit(
+    reals: int, fakes: int, dim: int, subsets: int, size: int, k: int
+) -> None:
+    draw = torch.Generator().manual_seed(reals + fakes)
+    memo: dict[tuple[int, ...], feature_metrics.KernelSums] = {}
+    real = torch.randn(reals, dim, generator=draw)
+    radii = feature_metrics.nearest_radii(real, k)
+    assert torch.equal(radii, torch.cdist(real.double(), real.double()).kthvalue(k + 1, dim=1).values)
+    for _ in range(2):  # the second with the real side's kernel sums and radii kept
+        fake = 1.2 * torch.randn(fakes, dim, generator=draw) + 0.1
+        expected = _kid_as_written(real, fake, subsets, size)
+        assert feature_metrics.kid(real, fake, subsets=subsets, subset_size=size, memo=memo) == expected
+        assert feature_metrics.kid(real, fake, subsets=subsets, subset_size=size) == expected
+        expected_prdc = _prdc_as_written(real, fake, k)
+        assert feature_metrics.prdc(real.double(), fake, k=k, real_radii=radii) == expected_prdc
+        assert feature_metrics.prdc(real, fake, k=k) == expected_prdc

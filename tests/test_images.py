@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import struct
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -501,7 +503,7 @@ def test_plugin_modules_register_components_with_documented_options() -> None:
 
 @pytest.mark.parametrize("cls", [MnistMlp, Dcgan64])
 def test_networks_built_from_one_skeleton_are_independent_and_drawn_from_the_seed(cls: type[Any]) -> None:
-    """Builds after the first copy a cached meta skeleton (spectral norm is slow to register): each copy is
+    """Builds after the first copy a cached skeleton (spectral norm is slow to register): each copy is
     its own module, drawn from its own seed, and other options get their own skeleton."""
     small = cls(cls.Options(hidden=16, spectral_norm=True) if cls is MnistMlp else cls.Options(ngf=8, ndf=8))
     shape = (1, 28, 28) if cls is MnistMlp else (1, 64, 64)
@@ -520,3 +522,41 @@ def test_networks_built_from_one_skeleton_are_independent_and_drawn_from_the_see
     assert sum(p.numel() for p in wide.build("discriminator", shape, generator=seeded(5)).parameters()) > sum(
         p.numel() for p in first.parameters()
     )
+
+
+def test_a_skeleton_is_built_on_the_cpu_and_leaves_the_global_rng_alone() -> None:
+    """Not on the meta device, whose first operation imports torch._dynamo and whose spectral norm cost 0.1-0.6
+    s a layer (issue 39); the values the skeleton draws come from a fork of the global RNG."""
+    from evogan.builtin.gan.image_layers import _SKELETONS
+
+    state = torch.random.get_rng_state()
+    networks = MnistMlp(MnistMlp.Options(hidden=20, spectral_norm=True))
+    networks.build("discriminator", (1, 28, 28), generator=seeded(1))
+    assert torch.equal(torch.random.get_rng_state(), state)
+    key = ("mnist_mlp", "discriminator", networks.options.model_dump_json())
+    assert all(t.device.type == "cpu" for t in _SKELETONS[key].state_dict().values())
+
+
+@pytest.mark.parametrize("make", [lambda: torch.nn.Linear(30, 20), lambda: torch.nn.Conv2d(3, 8, 4, 2, 1)])
+def test_seeding_spectral_norm_runs_the_power_iterations_of_fifteen_weight_accesses(
+    make: Callable[[], torch.nn.Module],
+) -> None:
+    """The power iterations alone give u and v to the last bit as the 15 accesses to ``layer.weight`` in
+    train mode did (each also computed the normalised weight: most of a build's time)."""
+    from torch.nn.utils.parametrizations import spectral_norm
+
+    from evogan.builtin.gan.image_layers import seed_power_iteration
+
+    fast = spectral_norm(make())
+    slow = copy.deepcopy(fast)
+    with torch.no_grad():
+        seed_power_iteration(fast.eval(), seeded(7))
+        draw, sn = seeded(7), slow.parametrizations.weight[0]
+        for vector in (sn._u, sn._v):
+            vector.normal_(0.0, 1.0, generator=draw)
+            vector.div_(vector.norm().clamp_min(1e-12))
+        for _ in range(15):
+            _ = slow.weight
+    for name, value in slow.state_dict().items():
+        assert torch.equal(fast.state_dict()[name], value), name
+    assert not fast.training  # its mode as it was

@@ -10,6 +10,7 @@ from collections.abc import Callable, Hashable
 import torch
 from torch import nn
 from torch.nn.utils import parametrize
+from torch.nn.utils.parametrizations import _SpectralNorm  # its power iterations, run at build
 
 #: Power iterations run on freshly drawn weights, as spectral norm's own constructor does.
 _INIT_POWER_ITERATIONS = 15
@@ -20,20 +21,23 @@ _SKELETONS: dict[Hashable, nn.Module] = {}
 
 
 def skeleton(key: Hashable, build: Callable[[], nn.Module]) -> nn.Module:
-    """A fresh copy of the meta-device module ``build`` returns, built once per ``key`` in this process.
+    """A fresh copy of the module ``build`` returns, built once per ``key`` in this process.
 
-    Registering a spectral-norm parametrization costs about 0.04 s even on the meta device, and a cell
-    builds networks every generation (each neighbour copy it adopts); a deep copy of the meta skeleton
-    costs about a millisecond. The copy holds no data: ``materialise`` draws every value.
+    A cell builds networks every generation (each neighbour copy it adopts), and registering spectral norm
+    costs a power iteration and a forward per layer; a deep copy of the skeleton costs about a millisecond.
+    ``materialise`` then draws every value, so the skeleton's own are never used. It is built on the CPU,
+    not the meta device: on meta, spectral norm's first ``normal_`` imports ``torch._dynamo`` (seconds, once
+    per process) and each of its operations runs through Python references (0.1-0.6 s per layer, issue
+    39). Its initialisation draws from a fork of the global RNG, which it leaves as it was.
     """
     if key not in _SKELETONS:
-        with torch.device("meta"):
+        with torch.random.fork_rng(devices=[]), torch.device("cpu"):
             _SKELETONS[key] = build()
     return copy.deepcopy(_SKELETONS[key])
 
 
 def materialise(module: nn.Module, generator: torch.Generator, *, dcgan: bool) -> nn.Module:
-    """Allocate a meta-built module on the generator's device and draw all its parameters from it.
+    """Allocate a copy of a skeleton on the generator's device and draw all its parameters from it.
 
     ``dcgan``: conv weights N(0, 0.02), batch-norm scales N(1, 0.02), biases 0 (Radford et al.).
     Otherwise PyTorch's default for linear layers, U(-1/sqrt(fan_in), 1/sqrt(fan_in)), seeded.
@@ -79,6 +83,15 @@ def seed_power_iteration(layer: nn.Module, generator: torch.Generator) -> None:
         for vector in (u, v):
             vector.normal_(0.0, 1.0, generator=generator)
             vector.div_(vector.norm().clamp_min(1e-12))
+    sn = parametrizations[0]
+    if len(parametrizations) == 1 and isinstance(sn, _SpectralNorm):
+        # Spectral norm alone: its power iterations on the weight matrix, without the normalised weight that
+        # each access to ``layer.weight`` also computes (15 of them were most of a build). The same
+        # operations on u and v as the accesses below run, so the same values.
+        original = trainable_weight(layer)
+        if original.ndim > 1:
+            sn._power_method(sn._reshape_weight_to_matrix(original), _INIT_POWER_ITERATIONS * sn.n_power_iterations)
+        return
     training = layer.training
     layer.train()
     for _ in range(_INIT_POWER_ITERATIONS):  # each access in train mode runs one power iteration

@@ -75,7 +75,7 @@ def sngan_discriminator(width: int, channels: int, leak: float, normalise: bool)
 
 @torch.no_grad()
 def materialise(module: nn.Module, generator: torch.Generator) -> nn.Module:
-    """Allocate a meta-built module on the generator's device; draw weights, biases and u/v from it.
+    """Allocate a copy of a skeleton on the generator's device; draw weights, biases and u/v from it.
 
     Conv, ConvT and Linear weights: Xavier-uniform (gain 1), biases 0; BatchNorm: scale 1, shift 0,
     fresh running statistics. Spectral-norm layers get unit-norm Gaussian ``u``, ``v`` and 15 power
