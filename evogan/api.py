@@ -188,6 +188,16 @@ class StackedFitness(abc.ABC):
         """``(g_loss[len(G), len(D)], d_loss[len(D), len(G)])``, as :meth:`Problem.fitness`."""
 
 
+@dataclass(frozen=True)
+class FitnessGame:
+    """One :meth:`Problem.fitness` call a cell will make: ``first`` against ``second`` on ``data``."""
+
+    first: Sequence[nn.Module]
+    second: Sequence[nn.Module]
+    data: Any
+    score: Sequence[Role] = ROLES
+
+
 @dataclass
 class Sampler:
     """A problem's ensemble as one module that needs only torch: ``module(*inputs)`` returns samples.
@@ -354,6 +364,12 @@ class Problem(Component[OptionsT]):
         """All-vs-all fitness of these networks as one batched computation, or a one-line reason why it
         cannot be (then :meth:`fitness` scores them). Deciding draws no random numbers."""
         return f"problem {self.name} scores fitness pair by pair"
+
+    def prefetch_fitness(self, games: Sequence[FitnessGame]) -> None:
+        """The :meth:`fitness` calls coming next (all local cells' fitness phases, or one cell's replacement):
+        a problem may play them now as one batched computation and answer those calls from the results,
+        each returning, counting and drawing exactly what it would have. Overriding it makes the driver
+        gather every local cell's neighbours first. Nothing by default."""
 
     @abc.abstractmethod
     def vary(self, job: Variation) -> Iterator[int] | None:
@@ -573,6 +589,7 @@ __all__ = [
     "ComponentRegistries",
     "ComponentRegistry",
     "ConnectableTransport",
+    "FitnessGame",
     "Opponents",
     "OptionsT",
     "Problem",

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from deap import tools
 
-from evogan.api import Opponents, Problem, Role, Selection, Variation
+from evogan.api import FitnessGame, Opponents, Problem, Role, Selection, Variation
 from evogan.engine.codec import Codec, Manifest, Message, WireState
 from evogan.engine.divergence import restore, snapshot
 from evogan.engine.migration import migrate
@@ -309,10 +309,33 @@ class Cell:
                     # a non-finite loss ranks last: selection and replacement never prefer it
                     individual.fitness.values = (value if math.isfinite(value) else math.inf,)
 
+    def _prefetch(
+        self, games: Sequence[tuple[Sequence[Individual], Sequence[Individual], Sequence[Role]]], data: Any
+    ) -> None:
+        """Tell the problem which :meth:`evaluate` calls come next (:meth:`Problem.prefetch_fitness`)."""
+        self.problem.prefetch_fitness([
+            FitnessGame([ind.network for ind in first], [ind.network for ind in second], data, score)
+            for first, second, score in games
+        ])
+
     # -------------------------------------------------------------------------------- one generation
     def neighbourhood(self, role: Role) -> list[Individual]:
         foreign = [slots[role] for peer, slots in sorted(self.foreign.items()) if peer in self.neighbours]
         return self.population(role) + foreign
+
+    def upcoming_fitness(self) -> FitnessGame:
+        """The game the next generation's fitness phase plays (its neighbourhood against itself on the
+        generation's batch), as it will be played, from a fresh copy of that generation's streams: the
+        neighbours must have been gathered. Asking draws nothing the generation will draw."""
+        rnd = CellRandom.for_generation(self.settings.seed, self.index, self.generation + 1)
+        pool, data = self._fitness_inputs(rnd)
+        first, second = ([ind.network for ind in pool[role]] for role in self.roles)
+        return FitnessGame(first, second, data)
+
+    def _fitness_inputs(self, rnd: CellRandom) -> tuple[dict[Role, list[Individual]], Any]:
+        """The generation's neighbourhood per role and its fitness batch (drawn from ``rnd``)."""
+        pool = {role: self.neighbourhood(role) for role in self.roles}
+        return pool, self.problem.fitness_batch(generator=rnd.torch, cell=self.index)
 
     def step(self) -> dict[str, float]:
         """Run one generation, append its record to :attr:`logbook`; return the per-phase timings (seconds)."""
@@ -341,8 +364,7 @@ class Cell:
             timings[phase] = timings.get(phase, 0.0) + now - clock
             clock = now
 
-        pool = {role: self.neighbourhood(role) for role in roles}
-        data = problem.fitness_batch(generator=rnd.torch, cell=self.index)
+        pool, data = self._fitness_inputs(rnd)
         self._memo = {}  # the re-evaluations below reuse what this one computes on the same batch
         self.evaluate(pool[roles[0]], pool[roles[1]], data, rnd)
         lap("fitness")
@@ -419,8 +441,10 @@ class Cell:
 
         replaced = self._replace(members, pool, data, rnd) if population.selection else {}
         if not population.selection:
-            self.evaluate(self.population(roles[0]), pool[roles[1]], data, rnd, score=(roles[0],))
-            self.evaluate(pool[roles[0]], self.population(roles[1]), data, rnd, score=(roles[1],))
+            first, second = self.population(roles[0]), self.population(roles[1])
+            self._prefetch([(first, pool[roles[1]], (roles[0],)), (pool[roles[0]], second, (roles[1],))], data)
+            self.evaluate(first, pool[roles[1]], data, rnd, score=(roles[0],))
+            self.evaluate(pool[roles[0]], second, data, rnd, score=(roles[1],))
         lap("replacement")
 
         self._memo = {}
@@ -470,8 +494,10 @@ class Cell:
         and ``always`` put the best offspring in place of the worst incumbent; ``generational`` (comma
         replacement) puts the offspring in place of the whole population."""
         first, second = self.roles
-        self.evaluate([*offspring[first], *self.population(first)], pool[second], data, rnd, score=(first,))
-        self.evaluate(pool[first], [*offspring[second], *self.population(second)], data, rnd, score=(second,))
+        rivals = {role: [*offspring[role], *self.population(role)] for role in self.roles}
+        self._prefetch([(rivals[first], pool[second], (first,)), (pool[first], rivals[second], (second,))], data)
+        self.evaluate(rivals[first], pool[second], data, rnd, score=(first,))
+        self.evaluate(pool[first], rivals[second], data, rnd, score=(second,))
         mode = self.settings.recipe.population.replacement
         replaced: dict[str, bool] = {}
         for role in self.roles:
