@@ -33,11 +33,12 @@ run takes about 30 minutes, the panmictic control about a third of that). One JS
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -117,12 +118,19 @@ def plan(args: argparse.Namespace) -> list[Configuration]:
 
 class Budget:
     """Watches the records' evaluation counter (this process runs every cell, so it is the run's) and
-    says when the budget is spent; keeps the newest record's problem metrics."""
+    says when the budget is spent; keeps the newest record's problem metrics, and the time from the run's
+    start to its last generation's end (``loop_s``: the generations alone, without the start-up and the
+    final scoring and plots, which cost the same for any budget)."""
 
     def __init__(self, budget: int) -> None:
         self.budget = budget
         self.latest: dict[str, float] = {"evaluations": 0.0}
         self.generation = 0
+        self.started = self.ended = 0.0
+
+    @hookimpl
+    def evogan_run_start(self) -> None:
+        self.started = self.ended = time.perf_counter()
 
     @hookimpl
     def evogan_generation_end(self, generation: int, record: Mapping[str, Any]) -> None:
@@ -130,6 +138,7 @@ class Budget:
         if metrics["evaluations"] >= self.latest["evaluations"]:
             self.latest = dict(metrics)
         self.generation = max(self.generation, generation)
+        self.ended = time.perf_counter()
 
     def spent(self) -> bool:
         return self.latest["evaluations"] >= self.budget
@@ -139,7 +148,26 @@ def budget_of(args: argparse.Namespace, inputs: int) -> int:
     return int(args.budget) if args.budget else PROBLEMS[inputs][1]
 
 
-def run_one(args: argparse.Namespace, config: Configuration, seed: int, output: Path) -> dict[str, Any]:
+@contextlib.contextmanager
+def batching(on: bool) -> Iterator[None]:
+    """The problem's batched fitness (``Problem.prefetch_fitness``) as shipped, or (``on`` false) the
+    engine's default, which prefetches nothing: the cell-by-cell path, every record the same."""
+    from evogan_sortnet.problem import SortingNetworks
+
+    from evogan.api import Problem
+
+    shipped = SortingNetworks.__dict__["prefetch_fitness"]
+    if not on:
+        SortingNetworks.prefetch_fitness = Problem.prefetch_fitness  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        SortingNetworks.prefetch_fitness = shipped  # type: ignore[method-assign]
+
+
+def run_one(
+    args: argparse.Namespace, config: Configuration, seed: int, output: Path, *, batched: bool = True
+) -> dict[str, Any]:
     budget = budget_of(args, config.inputs)
     overrides = [
         *quiet_overrides(seed, NEVER, args.threads, output),
@@ -153,7 +181,8 @@ def run_one(args: argparse.Namespace, config: Configuration, seed: int, output: 
     commit, dirty = git_commit()
     before, started = machine(), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     clock = time.perf_counter()
-    run_in_process(prepared, stop=watch.spent)
+    with batching(batched):
+        run_in_process(prepared, stop=watch.spent)
     wall = time.perf_counter() - clock
     final = watch.latest
     first = int(final.get("first_correct_at", 0))
@@ -178,6 +207,9 @@ def run_one(args: argparse.Namespace, config: Configuration, seed: int, output: 
         "smallest_correct_at": int(final["smallest_correct_at"]) or None,
         "best_sorted": float(final["best_sorted"]),
         "wall_s": wall,
+        "batched": batched,
+        "cells": config.population if config.name.startswith("grid") else 1,
+        "loop_s": watch.ended - watch.started,
         "started": started,
         "machine": {**before, "load_end": machine()["load"]},
         "threads": args.threads,
@@ -189,16 +221,20 @@ def run_matrix(args: argparse.Namespace, configs: Sequence[Configuration]) -> Pa
     """Seeds outermost, so a matrix cut short still covers every configuration; one line per run."""
     output = args.output_dir or Path(tempfile.mkdtemp(prefix="evogan-sortnet-"))
     path = log_path(SCRIPT, args.log_dir)
+    modes = {"on": (True,), "off": (False,), "both": (True, False)}[args.batching]
     for seed in args.seeds:
         for config in configs:
-            record = run_one(args, config, seed, output)
-            append_log(path, record)
-            found = f"correct with {record['smallest_correct']}" if record["found"] else "none correct"
-            print(
-                f"{config.inputs} inputs {config.name} seed {seed}: {found}, best sorts "
-                f"{record['best_sorted']:.4f} ({record['generations']} generations, {record['wall_s']:.0f} s)",
-                flush=True,
-            )
+            for batched in modes:
+                record = run_one(args, config, seed, output, batched=batched)
+                append_log(path, record)
+                found = f"correct with {record['smallest_correct']}" if record["found"] else "none correct"
+                print(
+                    f"{config.inputs} inputs {config.name} seed {seed}{'' if batched else ' cell by cell'}: "
+                    f"{found}, best sorts {record['best_sorted']:.4f} ({record['generations']} generations, "
+                    f"{record['wall_s']:.0f} s, {1e6 * record['loop_s'] / record['evaluations']:.2f} us a test "
+                    "in the generations)",
+                    flush=True,
+                )
     return path
 
 
@@ -251,6 +287,13 @@ def arguments() -> argparse.ArgumentParser:
     parser.add_argument("--configs", nargs="+", help="run only these configurations (see --list)")
     parser.add_argument("--set", nargs="+", default=[], help="further recipe overrides, KEY=VALUE")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--batching",
+        choices=("on", "off", "both"),
+        default="on",
+        help="the problem's batched fitness of all cells (on, as shipped), the cell-by-cell path (off), or "
+        "each run both ways one after the other (records identical; for the wall-time ratio)",
+    )
     parser.add_argument("--output-dir", type=Path, help="keep the run directories here (default: a temporary one)")
     parser.add_argument("--log-dir", type=Path, default=LOGS, help="where sortnet/<commit>.jsonl goes")
     parser.add_argument("--quick", action="store_true", help="smoke: 8 inputs, 3x3, one seed, logs in a temp dir")
