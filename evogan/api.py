@@ -190,12 +190,11 @@ class StackedFitness(abc.ABC):
 
 @dataclass(frozen=True)
 class FitnessGame:
-    """One :meth:`Problem.fitness` call a cell will make: ``first`` against ``second`` on ``data``."""
+    """A :meth:`Problem.fitness` call a cell will make: ``first`` against ``second`` on ``data``, both scored."""
 
     first: Sequence[nn.Module]
     second: Sequence[nn.Module]
     data: Any
-    score: Sequence[Role] = ROLES
 
 
 @dataclass
@@ -366,10 +365,10 @@ class Problem(Component[OptionsT]):
         return f"problem {self.name} scores fitness pair by pair"
 
     def prefetch_fitness(self, games: Sequence[FitnessGame]) -> None:
-        """The :meth:`fitness` calls coming next (all local cells' fitness phases, or one cell's replacement):
-        a problem may play them now as one batched computation and answer those calls from the results,
-        each returning, counting and drawing exactly what it would have. Overriding it makes the driver
-        gather every local cell's neighbours first. Nothing by default."""
+        """The first :meth:`fitness` call of each of a process's cells this generation, in the order the
+        cells will make them: a problem may play them now as one batched computation and answer those
+        calls from the results, each returning, counting and drawing exactly what it would have. Overriding
+        it makes the driver gather every local cell's neighbours first (two cells or more). Nothing by default."""
 
     @abc.abstractmethod
     def vary(self, job: Variation) -> Iterator[int] | None:

@@ -309,15 +309,6 @@ class Cell:
                     # a non-finite loss ranks last: selection and replacement never prefer it
                     individual.fitness.values = (value if math.isfinite(value) else math.inf,)
 
-    def _prefetch(
-        self, games: Sequence[tuple[Sequence[Individual], Sequence[Individual], Sequence[Role]]], data: Any
-    ) -> None:
-        """Tell the problem which :meth:`evaluate` calls come next (:meth:`Problem.prefetch_fitness`)."""
-        self.problem.prefetch_fitness([
-            FitnessGame([ind.network for ind in first], [ind.network for ind in second], data, score)
-            for first, second, score in games
-        ])
-
     # -------------------------------------------------------------------------------- one generation
     def neighbourhood(self, role: Role) -> list[Individual]:
         foreign = [slots[role] for peer, slots in sorted(self.foreign.items()) if peer in self.neighbours]
@@ -441,10 +432,8 @@ class Cell:
 
         replaced = self._replace(members, pool, data, rnd) if population.selection else {}
         if not population.selection:
-            first, second = self.population(roles[0]), self.population(roles[1])
-            self._prefetch([(first, pool[roles[1]], (roles[0],)), (pool[roles[0]], second, (roles[1],))], data)
-            self.evaluate(first, pool[roles[1]], data, rnd, score=(roles[0],))
-            self.evaluate(pool[roles[0]], second, data, rnd, score=(roles[1],))
+            self.evaluate(self.population(roles[0]), pool[roles[1]], data, rnd, score=(roles[0],))
+            self.evaluate(pool[roles[0]], self.population(roles[1]), data, rnd, score=(roles[1],))
         lap("replacement")
 
         self._memo = {}
@@ -494,10 +483,8 @@ class Cell:
         and ``always`` put the best offspring in place of the worst incumbent; ``generational`` (comma
         replacement) puts the offspring in place of the whole population."""
         first, second = self.roles
-        rivals = {role: [*offspring[role], *self.population(role)] for role in self.roles}
-        self._prefetch([(rivals[first], pool[second], (first,)), (pool[first], rivals[second], (second,))], data)
-        self.evaluate(rivals[first], pool[second], data, rnd, score=(first,))
-        self.evaluate(pool[first], rivals[second], data, rnd, score=(second,))
+        self.evaluate([*offspring[first], *self.population(first)], pool[second], data, rnd, score=(first,))
+        self.evaluate(pool[first], [*offspring[second], *self.population(second)], data, rnd, score=(second,))
         mode = self.settings.recipe.population.replacement
         replaced: dict[str, bool] = {}
         for role in self.roles:

@@ -278,7 +278,7 @@ class Driver:
         neighbours published when its turn comes round again. Every round publishes before anyone gathers
         and the order of all work is fixed: a single process computes what lockstep workers compute."""
         turns: list[_Turn] = []
-        gathered, share = self._prefetch(group) if self.prefetch else ([], 0.0)
+        gathered, share = self._prefetch(group) if self.prefetch and len(group) > 1 else ([], 0.0)
         for i, cell in enumerate(group):  # first round: each cell gathers the last generation's models
             exchange_seconds = gathered[i] if gathered else self.gather(cell)  # as its turn comes
             phases = cell.generation_phases()
@@ -335,7 +335,8 @@ class Driver:
     def step_together(self, group: Sequence[Cell]) -> None:
         """One generation of each cell in ``group``, their variation as one batched computation (each
         cell's phases before and after it on their own)."""
-        exchanged, share = self._prefetch(group) if self.prefetch else ([self.gather(c) for c in group], 0.0)
+        together = self.prefetch and len(group) > 1
+        exchanged, share = self._prefetch(group) if together else ([self.gather(c) for c in group], 0.0)
         phases = [cell.generation_phases() for cell in group]
         jobs = [next(phase) for phase in phases]
         self.settings.problem.vary_together(jobs)
