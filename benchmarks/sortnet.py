@@ -120,17 +120,19 @@ class Budget:
     """Watches the records' evaluation counter (this process runs every cell, so it is the run's) and
     says when the budget is spent; keeps the newest record's problem metrics, and the time from the run's
     start to its last generation's end (``loop_s``: the generations alone, without the start-up and the
-    final scoring and plots, which cost the same for any budget)."""
+    final scoring and plots, which cost the same for any budget), and the process's CPU time over the
+    same span (``loop_cpu_s``: less sensitive than wall time to what else the machine runs)."""
 
     def __init__(self, budget: int) -> None:
         self.budget = budget
         self.latest: dict[str, float] = {"evaluations": 0.0}
         self.generation = 0
-        self.started = self.ended = 0.0
+        self.started = self.ended = self.cpu_started = self.cpu_ended = 0.0
 
     @hookimpl
     def evogan_run_start(self) -> None:
         self.started = self.ended = time.perf_counter()
+        self.cpu_started = self.cpu_ended = time.process_time()
 
     @hookimpl
     def evogan_generation_end(self, generation: int, record: Mapping[str, Any]) -> None:
@@ -138,7 +140,7 @@ class Budget:
         if metrics["evaluations"] >= self.latest["evaluations"]:
             self.latest = dict(metrics)
         self.generation = max(self.generation, generation)
-        self.ended = time.perf_counter()
+        self.ended, self.cpu_ended = time.perf_counter(), time.process_time()
 
     def spent(self) -> bool:
         return self.latest["evaluations"] >= self.budget
@@ -210,6 +212,7 @@ def run_one(
         "batched": batched,
         "cells": config.population if config.name.startswith("grid") else 1,
         "loop_s": watch.ended - watch.started,
+        "loop_cpu_s": watch.cpu_ended - watch.cpu_started,
         "started": started,
         "machine": {**before, "load_end": machine()["load"]},
         "threads": args.threads,
@@ -246,7 +249,7 @@ def median(values: Sequence[float], spec: str = ".3g") -> str:
 def table(records: Sequence[Mapping[str, Any]]) -> str:
     groups: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
     for record in records:
-        key = (record["inputs"], record["budget"], " ".join(record["set"]), record["config"])
+        key = (record["inputs"], record["budget"], " ".join(record["set"]), mode(record))
         groups.setdefault(key, []).append(record)
     headers = [
         "inputs", "budget (tests)", "--set", "configuration", "seeds", "found", "smallest correct",
@@ -270,11 +273,73 @@ def table(records: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def mode(record: Mapping[str, Any]) -> str:
+    """The configuration's name, marked where the run went cell by cell (logs before issue 39 did)."""
+    return record["config"] + ("" if record.get("batched", True) else " (cell by cell)")
+
+
+def per_test(record: Mapping[str, Any], key: str = "loop_s") -> float:
+    """Microseconds of the generations' wall time (``key``: or CPU time, ``loop_cpu_s``) per test."""
+    return 1e6 * float(record.get(key, record["loop_s"])) / max(1, int(record["evaluations"]))
+
+
+CPU = "loop_cpu_s"
+
+
+def speed_table(records: Sequence[Mapping[str, Any]]) -> str:
+    """Wall and CPU time of the generations (``loop_s``, ``loop_cpu_s``: start-up and final scoring left
+    out) per test and CPU time per cell-generation, and the ratios of CPU time per test of runs made side
+    by side: batched against cell by cell (same seed), each grid against the panmictic population of the
+    same mode, seed and budget."""
+    timed = [r for r in records if "loop_s" in r]
+    runs = {(r["inputs"], r["budget"], r["seed"], mode(r)): r for r in timed}
+    groups: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
+    for record in timed:
+        groups.setdefault((record["inputs"], record["budget"], mode(record)), []).append(record)
+    headers = [
+        "inputs", "budget (tests)", "configuration", "cells", "seeds", "median generations",
+        "median us per test (wall)", "median us per test (CPU)", "median CPU ms per cell-generation",
+        "batched / cell by cell",
+        "grid / panmictic per test", "load",
+    ]
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    for (inputs, budget, name), group in sorted(groups.items()):
+        group = sorted(group, key=lambda r: r["seed"])
+        batched = [
+            per_test(r, CPU) / per_test(runs[(inputs, budget, r["seed"], mode(r) + " (cell by cell)")], CPU)
+            for r in group
+            if (inputs, budget, r["seed"], mode(r) + " (cell by cell)") in runs
+        ]
+        suffix = "" if group[0].get("batched", True) else " (cell by cell)"
+        panmictic = [
+            per_test(r, CPU) / per_test(other, CPU)
+            for r in group
+            if r["config"].startswith("grid")
+            for key, other in runs.items()
+            if key[:3] == (inputs, budget, r["seed"]) and key[3] == f"panmictic-{r['population']}{suffix}"
+        ]
+        cells = int(group[0].get("cells", 1))
+        loads = [float(x[0]) for r in group for x in (r["machine"]["load"], r["machine"]["load_end"])]
+        cells_line = [
+            str(inputs), f"{budget:.3g}", name, str(cells), " ".join(str(r["seed"]) for r in group),
+            median([r["generations"] for r in group], ".0f"), median([per_test(r) for r in group], ".2f"),
+            median([per_test(r, CPU) for r in group], ".2f"),
+            median([1e3 * r.get(CPU, r["loop_s"]) / (r["generations"] * cells) for r in group], ".2f"),
+            " ".join(f"{x:.2f}" for x in batched) or "-", " ".join(f"{x:.1f}" for x in panmictic) or "-",
+            f"{min(loads):.1f}-{max(loads):.1f}",
+        ]
+        lines.append("| " + " | ".join(cells_line) + " |")
+    return "\n".join(lines)
+
+
 def summarise(paths: Sequence[Path]) -> None:
     records = [r for r in read_logs(p for p in paths if p.exists()) if r.get("script") == SCRIPT]
     if not records:
         raise SystemExit(f"no {SCRIPT} runs in {', '.join(map(str, paths))}")
     print(table(records))
+    if any("loop_s" in r for r in records):
+        print()
+        print(speed_table(records))
 
 
 # ------------------------------------------------------------------------------------------ command line
