@@ -222,7 +222,8 @@ class Variation:
     :param rnd: the cell's random streams for this generation; draw every random number from them.
     :param exchange_every: batches between exchanges inside a generation (``exchange.every_batches``; 0: none);
         a problem that honours them yields at each step :meth:`exchange_due` names.
-    :param seconds: the time the phase took, set by whoever ran it (a share, when cells vary together).
+    :param seconds: deprecated (0.3.0), never read: the driver measures the phase and passes the time
+        to the cell's generation (:func:`evogan.engine.cell.finish`).
     :param problem: the problem varying the job; it owns the pairing, mutation and sparsity (0.2's fields
         of those names read them from it, with a deprecation warning).
     """
