@@ -33,11 +33,12 @@ run takes about 30 minutes, the panmictic control about a third of that). One JS
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -117,12 +118,21 @@ def plan(args: argparse.Namespace) -> list[Configuration]:
 
 class Budget:
     """Watches the records' evaluation counter (this process runs every cell, so it is the run's) and
-    says when the budget is spent; keeps the newest record's problem metrics."""
+    says when the budget is spent; keeps the newest record's problem metrics, and the time from the run's
+    start to its last generation's end (``loop_s``: the generations alone, without the start-up and the
+    final scoring and plots, which cost the same for any budget), and the process's CPU time over the
+    same span (``loop_cpu_s``: less sensitive than wall time to what else the machine runs)."""
 
     def __init__(self, budget: int) -> None:
         self.budget = budget
         self.latest: dict[str, float] = {"evaluations": 0.0}
         self.generation = 0
+        self.started = self.ended = self.cpu_started = self.cpu_ended = 0.0
+
+    @hookimpl
+    def evogan_run_start(self) -> None:
+        self.started = self.ended = time.perf_counter()
+        self.cpu_started = self.cpu_ended = time.process_time()
 
     @hookimpl
     def evogan_generation_end(self, generation: int, record: Mapping[str, Any]) -> None:
@@ -130,6 +140,7 @@ class Budget:
         if metrics["evaluations"] >= self.latest["evaluations"]:
             self.latest = dict(metrics)
         self.generation = max(self.generation, generation)
+        self.ended, self.cpu_ended = time.perf_counter(), time.process_time()
 
     def spent(self) -> bool:
         return self.latest["evaluations"] >= self.budget
@@ -139,7 +150,26 @@ def budget_of(args: argparse.Namespace, inputs: int) -> int:
     return int(args.budget) if args.budget else PROBLEMS[inputs][1]
 
 
-def run_one(args: argparse.Namespace, config: Configuration, seed: int, output: Path) -> dict[str, Any]:
+@contextlib.contextmanager
+def batching(on: bool) -> Iterator[None]:
+    """The problem's batched fitness (``Problem.prefetch_fitness``) as shipped, or (``on`` false) the
+    engine's default, which prefetches nothing: the cell-by-cell path, every record the same."""
+    from evogan_sortnet.problem import SortingNetworks
+
+    from evogan.api import Problem
+
+    shipped = SortingNetworks.__dict__["prefetch_fitness"]
+    if not on:
+        SortingNetworks.prefetch_fitness = Problem.prefetch_fitness  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        SortingNetworks.prefetch_fitness = shipped  # type: ignore[method-assign]
+
+
+def run_one(
+    args: argparse.Namespace, config: Configuration, seed: int, output: Path, *, batched: bool = True
+) -> dict[str, Any]:
     budget = budget_of(args, config.inputs)
     overrides = [
         *quiet_overrides(seed, NEVER, args.threads, output),
@@ -153,7 +183,8 @@ def run_one(args: argparse.Namespace, config: Configuration, seed: int, output: 
     commit, dirty = git_commit()
     before, started = machine(), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     clock = time.perf_counter()
-    run_in_process(prepared, stop=watch.spent)
+    with batching(batched):
+        run_in_process(prepared, stop=watch.spent)
     wall = time.perf_counter() - clock
     final = watch.latest
     first = int(final.get("first_correct_at", 0))
@@ -178,6 +209,10 @@ def run_one(args: argparse.Namespace, config: Configuration, seed: int, output: 
         "smallest_correct_at": int(final["smallest_correct_at"]) or None,
         "best_sorted": float(final["best_sorted"]),
         "wall_s": wall,
+        "batched": batched,
+        "cells": config.population if config.name.startswith("grid") else 1,
+        "loop_s": watch.ended - watch.started,
+        "loop_cpu_s": watch.cpu_ended - watch.cpu_started,
         "started": started,
         "machine": {**before, "load_end": machine()["load"]},
         "threads": args.threads,
@@ -189,16 +224,20 @@ def run_matrix(args: argparse.Namespace, configs: Sequence[Configuration]) -> Pa
     """Seeds outermost, so a matrix cut short still covers every configuration; one line per run."""
     output = args.output_dir or Path(tempfile.mkdtemp(prefix="evogan-sortnet-"))
     path = log_path(SCRIPT, args.log_dir)
+    modes = {"on": (True,), "off": (False,), "both": (True, False)}[args.batching]
     for seed in args.seeds:
         for config in configs:
-            record = run_one(args, config, seed, output)
-            append_log(path, record)
-            found = f"correct with {record['smallest_correct']}" if record["found"] else "none correct"
-            print(
-                f"{config.inputs} inputs {config.name} seed {seed}: {found}, best sorts "
-                f"{record['best_sorted']:.4f} ({record['generations']} generations, {record['wall_s']:.0f} s)",
-                flush=True,
-            )
+            for batched in modes:
+                record = run_one(args, config, seed, output, batched=batched)
+                append_log(path, record)
+                found = f"correct with {record['smallest_correct']}" if record["found"] else "none correct"
+                print(
+                    f"{config.inputs} inputs {config.name} seed {seed}{'' if batched else ' cell by cell'}: "
+                    f"{found}, best sorts {record['best_sorted']:.4f} ({record['generations']} generations, "
+                    f"{record['wall_s']:.0f} s, {1e6 * record['loop_s'] / record['evaluations']:.2f} us a test "
+                    "in the generations)",
+                    flush=True,
+                )
     return path
 
 
@@ -210,7 +249,7 @@ def median(values: Sequence[float], spec: str = ".3g") -> str:
 def table(records: Sequence[Mapping[str, Any]]) -> str:
     groups: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
     for record in records:
-        key = (record["inputs"], record["budget"], " ".join(record["set"]), record["config"])
+        key = (record["inputs"], record["budget"], " ".join(record["set"]), mode(record))
         groups.setdefault(key, []).append(record)
     headers = [
         "inputs", "budget (tests)", "--set", "configuration", "seeds", "found", "smallest correct",
@@ -234,11 +273,73 @@ def table(records: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def mode(record: Mapping[str, Any]) -> str:
+    """The configuration's name, marked where the run went cell by cell (logs before issue 39 did)."""
+    return record["config"] + ("" if record.get("batched", True) else " (cell by cell)")
+
+
+def per_test(record: Mapping[str, Any], key: str = "loop_s") -> float:
+    """Microseconds of the generations' wall time (``key``: or CPU time, ``loop_cpu_s``) per test."""
+    return 1e6 * float(record.get(key, record["loop_s"])) / max(1, int(record["evaluations"]))
+
+
+CPU = "loop_cpu_s"
+
+
+def speed_table(records: Sequence[Mapping[str, Any]]) -> str:
+    """Wall and CPU time of the generations (``loop_s``, ``loop_cpu_s``: start-up and final scoring left
+    out) per test and CPU time per cell-generation, and the ratios of CPU time per test of runs made side
+    by side: batched against cell by cell (same seed), each grid against the panmictic population of the
+    same mode, seed and budget."""
+    timed = [r for r in records if "loop_s" in r]
+    runs = {(r["inputs"], r["budget"], r["seed"], mode(r)): r for r in timed}
+    groups: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
+    for record in timed:
+        groups.setdefault((record["inputs"], record["budget"], mode(record)), []).append(record)
+    headers = [
+        "inputs", "budget (tests)", "configuration", "cells", "seeds", "median generations",
+        "median us per test (wall)", "median us per test (CPU)", "median CPU ms per cell-generation",
+        "batched / cell by cell",
+        "grid / panmictic per test", "load",
+    ]
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    for (inputs, budget, name), group in sorted(groups.items()):
+        group = sorted(group, key=lambda r: r["seed"])
+        batched = [
+            per_test(r, CPU) / per_test(runs[(inputs, budget, r["seed"], mode(r) + " (cell by cell)")], CPU)
+            for r in group
+            if (inputs, budget, r["seed"], mode(r) + " (cell by cell)") in runs
+        ]
+        suffix = "" if group[0].get("batched", True) else " (cell by cell)"
+        panmictic = [
+            per_test(r, CPU) / per_test(other, CPU)
+            for r in group
+            if r["config"].startswith("grid")
+            for key, other in runs.items()
+            if key[:3] == (inputs, budget, r["seed"]) and key[3] == f"panmictic-{r['population']}{suffix}"
+        ]
+        cells = int(group[0].get("cells", 1))
+        loads = [float(x[0]) for r in group for x in (r["machine"]["load"], r["machine"]["load_end"])]
+        cells_line = [
+            str(inputs), f"{budget:.3g}", name, str(cells), " ".join(str(r["seed"]) for r in group),
+            median([r["generations"] for r in group], ".0f"), median([per_test(r) for r in group], ".2f"),
+            median([per_test(r, CPU) for r in group], ".2f"),
+            median([1e3 * r.get(CPU, r["loop_s"]) / (r["generations"] * cells) for r in group], ".2f"),
+            " ".join(f"{x:.2f}" for x in batched) or "-", " ".join(f"{x:.1f}" for x in panmictic) or "-",
+            f"{min(loads):.1f}-{max(loads):.1f}",
+        ]
+        lines.append("| " + " | ".join(cells_line) + " |")
+    return "\n".join(lines)
+
+
 def summarise(paths: Sequence[Path]) -> None:
     records = [r for r in read_logs(p for p in paths if p.exists()) if r.get("script") == SCRIPT]
     if not records:
         raise SystemExit(f"no {SCRIPT} runs in {', '.join(map(str, paths))}")
     print(table(records))
+    if any("loop_s" in r for r in records):
+        print()
+        print(speed_table(records))
 
 
 # ------------------------------------------------------------------------------------------ command line
@@ -251,6 +352,13 @@ def arguments() -> argparse.ArgumentParser:
     parser.add_argument("--configs", nargs="+", help="run only these configurations (see --list)")
     parser.add_argument("--set", nargs="+", default=[], help="further recipe overrides, KEY=VALUE")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--batching",
+        choices=("on", "off", "both"),
+        default="on",
+        help="the problem's batched fitness of all cells (on, as shipped), the cell-by-cell path (off), or "
+        "each run both ways one after the other (records identical; for the wall-time ratio)",
+    )
     parser.add_argument("--output-dir", type=Path, help="keep the run directories here (default: a temporary one)")
     parser.add_argument("--log-dir", type=Path, default=LOGS, help="where sortnet/<commit>.jsonl goes")
     parser.add_argument("--quick", action="store_true", help="smoke: 8 inputs, 3x3, one seed, logs in a temp dir")

@@ -188,6 +188,15 @@ class StackedFitness(abc.ABC):
         """``(g_loss[len(G), len(D)], d_loss[len(D), len(G)])``, as :meth:`Problem.fitness`."""
 
 
+@dataclass(frozen=True)
+class FitnessGame:
+    """A :meth:`Problem.fitness` call a cell will make: ``first`` against ``second`` on ``data``, both scored."""
+
+    first: Sequence[nn.Module]
+    second: Sequence[nn.Module]
+    data: Any
+
+
 @dataclass
 class Sampler:
     """A problem's ensemble as one module that needs only torch: ``module(*inputs)`` returns samples.
@@ -213,7 +222,8 @@ class Variation:
     :param rnd: the cell's random streams for this generation; draw every random number from them.
     :param exchange_every: batches between exchanges inside a generation (``exchange.every_batches``; 0: none);
         a problem that honours them yields at each step :meth:`exchange_due` names.
-    :param seconds: the time the phase took, set by whoever ran it (a share, when cells vary together).
+    :param seconds: deprecated (0.3.0), never read: the driver measures the phase and passes the time
+        to the cell's generation (:func:`evogan.engine.cell.finish`).
     :param problem: the problem varying the job; it owns the pairing, mutation and sparsity (0.2's fields
         of those names read them from it, with a deprecation warning).
     """
@@ -354,6 +364,12 @@ class Problem(Component[OptionsT]):
         """All-vs-all fitness of these networks as one batched computation, or a one-line reason why it
         cannot be (then :meth:`fitness` scores them). Deciding draws no random numbers."""
         return f"problem {self.name} scores fitness pair by pair"
+
+    def prefetch_fitness(self, games: Sequence[FitnessGame]) -> None:
+        """The first :meth:`fitness` call of each of a process's cells this generation, in the order the
+        cells will make them: a problem may play them now as one batched computation and answer those
+        calls from the results, each returning, counting and drawing exactly what it would have. Overriding
+        it makes the driver gather every local cell's neighbours first (two cells or more). Nothing by default."""
 
     @abc.abstractmethod
     def vary(self, job: Variation) -> Iterator[int] | None:
@@ -573,6 +589,7 @@ __all__ = [
     "ComponentRegistries",
     "ComponentRegistry",
     "ConnectableTransport",
+    "FitnessGame",
     "Opponents",
     "OptionsT",
     "Problem",

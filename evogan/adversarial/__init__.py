@@ -12,7 +12,6 @@ streams in the same order, so they agree within float tolerance.
 from __future__ import annotations
 
 import abc
-import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -192,7 +191,6 @@ class AdversarialProblem(Problem[OptionsT]):
     def vary_together(self, jobs: Sequence[Variation]) -> None:
         gens = [g for job in jobs for g in job.members["generator"]]
         discs = [d for job in jobs for d in job.members["discriminator"]]
-        started = time.perf_counter()
         if getattr(self.pairing, "adapts_faced", False):
             raise UserError(
                 "problem.pairing.adapt_faced trains neighbours' copies one at a time: set run.vectorize = false"
@@ -208,9 +206,6 @@ class AdversarialProblem(Problem[OptionsT]):
                 raise RuntimeError("cells trained together cannot exchange inside a generation")
         finally:
             stacked.close()
-        share = (time.perf_counter() - started) / len(jobs)
-        for job in jobs:
-            job.seconds = share
 
 
 class RowByRow(TrainingBackend):

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from deap import tools
 
-from evogan.api import Opponents, Problem, Role, Selection, Variation
+from evogan.api import FitnessGame, Opponents, Problem, Role, Selection, Variation
 from evogan.engine.codec import Codec, Manifest, Message, WireState
 from evogan.engine.divergence import restore, snapshot
 from evogan.engine.migration import migrate
@@ -90,10 +90,14 @@ class ExchangeLog:
         self.count = 0
 
 
-def finish(phases: Generator[Variation, None, dict[str, float]]) -> dict[str, float]:
-    """Resume a generation after its variation phase; its timings."""
+Phases = Generator[Variation, float, dict[str, float]]
+
+
+def finish(phases: Phases, seconds: float = 0.0) -> dict[str, float]:
+    """Resume a generation after its variation phase, which took ``seconds`` (whoever varied the job
+    measured them: a share when cells varied together); its timings."""
     try:
-        next(phases)
+        phases.send(seconds)
     except StopIteration as end:
         return end.value
     raise RuntimeError("a generation yields one variation job")
@@ -132,8 +136,7 @@ class Cell:
         self._extras: Manifest | None = None
         self._training: Mapping[Role, list[Individual]] | None = None  # the individuals being varied now
         self._memo: dict[torch.nn.Module, Any] = {}  # this generation's per-network fitness outputs
-        # vectorised cells: all-vs-all fitness through the problem's stacked_fitness where it can
-        self.batched_fitness = False
+        self._stacked = False  # this generation scores through the problem's stacked_fitness where it can
         self.unrestored = False  # an individual diverged this generation and no finite copy was found
 
     # -------------------------------------------------------------------------------- creation
@@ -295,10 +298,11 @@ class Cell:
     ) -> None:
         """All-vs-all: each individual of the first role against every one of the second and vice versa.
         Only the roles in ``score`` (default both) get new fitness values; the others serve as opponents.
-        With :attr:`batched_fitness` as one batched computation where the problem can (else pair by pair)."""
+        In a generation asked to stack its fitness, as one batched computation where the problem can
+        (else pair by pair)."""
         score = self.roles if score is None else score
         networks = ([ind.network for ind in first], [ind.network for ind in second])
-        stacked = self.problem.stacked_fitness(*networks) if self.batched_fitness else None
+        stacked = self.problem.stacked_fitness(*networks) if self._stacked else None
         if stacked is None or isinstance(stacked, str):  # a decline draws nothing: the looped path's streams
             losses = self.problem.fitness(*networks, data, generator=rnd.torch, score=score, memo=self._memo)
         else:
@@ -314,20 +318,35 @@ class Cell:
         foreign = [slots[role] for peer, slots in sorted(self.foreign.items()) if peer in self.neighbours]
         return self.population(role) + foreign
 
+    def upcoming_fitness(self) -> FitnessGame:
+        """The game the next generation's fitness phase plays (its neighbourhood against itself on the
+        generation's batch), as it will be played, from a fresh copy of that generation's streams: the
+        neighbours must have been gathered. Asking draws nothing the generation will draw."""
+        rnd = CellRandom.for_generation(self.settings.seed, self.index, self.generation + 1)
+        pool, data = self._fitness_inputs(rnd)
+        first, second = ([ind.network for ind in pool[role]] for role in self.roles)
+        return FitnessGame(first, second, data)
+
+    def _fitness_inputs(self, rnd: CellRandom) -> tuple[dict[Role, list[Individual]], Any]:
+        """The generation's neighbourhood per role and its fitness batch (drawn from ``rnd``)."""
+        pool = {role: self.neighbourhood(role) for role in self.roles}
+        return pool, self.problem.fitness_batch(generator=rnd.torch, cell=self.index)
+
     def step(self) -> dict[str, float]:
         """Run one generation, append its record to :attr:`logbook`; return the per-phase timings (seconds)."""
         phases = self.generation_phases()
         job = next(phases)
         started = time.perf_counter()
         self.vary(job)
-        job.seconds = time.perf_counter() - started
-        return finish(phases)
+        return finish(phases, time.perf_counter() - started)
 
-    def generation_phases(self) -> Generator[Variation, None, dict[str, float]]:
+    def generation_phases(self, *, stacked_fitness: bool = False) -> Phases:
         """One generation, paused at its variation phase: it yields the :class:`~evogan.api.Variation`,
-        whoever drives it varies the job (:meth:`vary`, or several cells' jobs at once) and sets
-        ``job.seconds``, then resumes it to the end; it returns the per-phase timings and appends the
-        record."""
+        whoever drives it varies the job (:meth:`vary`, or several cells' jobs at once), then resumes it
+        to the end with the seconds that took (:func:`finish`); it returns the per-phase timings and appends
+        the record. ``stacked_fitness``: score every game through :meth:`Problem.stacked_fitness` where the
+        problem can (vectorised cells)."""
+        self._stacked = stacked_fitness
         self.generation += 1
         settings, problem, roles = self.settings, self.problem, self.roles
         population = settings.recipe.population
@@ -341,8 +360,7 @@ class Cell:
             timings[phase] = timings.get(phase, 0.0) + now - clock
             clock = now
 
-        pool = {role: self.neighbourhood(role) for role in roles}
-        data = problem.fitness_batch(generator=rnd.torch, cell=self.index)
+        pool, data = self._fitness_inputs(rnd)
         self._memo = {}  # the re-evaluations below reuse what this one computes on the same batch
         self.evaluate(pool[roles[0]], pool[roles[1]], data, rnd)
         lap("fitness")
@@ -396,13 +414,13 @@ class Cell:
         )
         self._training = members
         try:
-            yield job
+            training_seconds = yield job
         finally:
             self._training = None
         for role in roles:
             for varied in members[role]:
                 self._memo.pop(varied.network, None)
-        timings["training"] = job.seconds
+        timings["training"] = training_seconds
         clock = time.perf_counter()  # the driver's time between the yield and now is not this cell's
         restored = restore(
             problem,

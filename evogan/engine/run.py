@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -27,7 +27,7 @@ from evogan.api import (
     Transport,
     Variation,
 )
-from evogan.engine.cell import Cell, CellSettings, finish
+from evogan.engine.cell import Cell, CellSettings, Phases, finish
 from evogan.engine.divergence import divergence_summary
 from evogan.engine.plots import record_score
 from evogan.engine.rundir import RunDirectory, writing
@@ -118,11 +118,13 @@ class _Turn:
     pauses; ``substep``: the exchange point it waits at (None once it has trained to the end)."""
 
     cell: Cell
-    phases: Generator[Variation, None, dict[str, float]]
+    phases: Phases
     job: Variation
     steps: Iterator[int]
     exchange_seconds: float
     substep: int | None = None
+    prefetch_seconds: float = 0.0
+    training_seconds: float = 0.0
 
 
 class Driver:
@@ -155,6 +157,9 @@ class Driver:
         self.annotate = annotate
         self.info: RunInfo | None = None
         self.vectorize, self.training_note = False, ""  # decided at start, when the populations exist
+        self.stacked_fitness = False  # vectorised cells score through Problem.stacked_fitness (decided then)
+        # the problem plays all local cells' fitness games as one batch (Problem.prefetch_fitness)
+        self.prefetch = type(settings.problem).prefetch_fitness is not Problem.prefetch_fitness
         self._unnoted: set[int] = set()
 
     # -------------------------------------------------------------------------------- start
@@ -255,8 +260,7 @@ class Driver:
             self.training_note += f"\nfitness: pair by pair ({fitness})"
             return
         self.training_note += "\nfitness: all-vs-all as one batched evaluation per cell"
-        for each in self.cells:
-            each.batched_fitness = True
+        self.stacked_fitness = True
 
     def step_cells(self, cells: Sequence[Cell]) -> None:
         """One generation of each of ``cells``, cells at the same generation together: vectorised, as one
@@ -275,24 +279,41 @@ class Driver:
         neighbours published when its turn comes round again. Every round publishes before anyone gathers
         and the order of all work is fixed: a single process computes what lockstep workers compute."""
         turns: list[_Turn] = []
-        for cell in group:  # first round: each cell gathers the last generation's models as its turn comes
-            exchange_seconds = self.gather(cell)
+        gathered, share = self._prefetch(group) if self.prefetch and len(group) > 1 else ([], 0.0)
+        for i, cell in enumerate(group):  # first round: each cell gathers the last generation's models
+            exchange_seconds = gathered[i] if gathered else self.gather(cell)  # as its turn comes
             phases = cell.generation_phases()
             job = next(phases)
-            turns.append(_Turn(cell, phases, job, cell.varying(job), exchange_seconds))
+            started = time.perf_counter()  # a problem whose vary is no generator varies the job right here
+            steps = cell.varying(job)
+            training = time.perf_counter() - started
+            turn = _Turn(cell, phases, job, steps, exchange_seconds, prefetch_seconds=share, training_seconds=training)
+            turns.append(turn)
             self._advance(turns[-1])
         while waiting := [turn for turn in turns if turn.substep is not None]:
             for turn in waiting:
                 self._gather_inside(turn)
                 self._advance(turn)
 
+    def _prefetch(self, group: Sequence[Cell]) -> tuple[list[float], float]:
+        """Gather every cell's neighbours (the messages are those each would gather in its turn: the wanted
+        generation's, which stay), then hand the problem the cells' fitness games in the order they will be
+        played. The seconds each gather took, and each cell's share of the prefetch."""
+        gathered = [self.gather(cell) for cell in group]
+        started = time.perf_counter()
+        self.settings.problem.prefetch_fitness([cell.upcoming_fitness() for cell in group])
+        return gathered, (time.perf_counter() - started) / max(1, len(group))
+
     def _advance(self, turn: _Turn) -> None:
         """Train ``turn``'s cell to its next exchange point and publish there, or to the generation's end."""
         started = time.perf_counter()
         turn.substep = next(turn.steps, None)
-        turn.job.seconds += time.perf_counter() - started
+        turn.training_seconds += time.perf_counter() - started
         if turn.substep is None:
-            self.finish_step(turn.cell, finish(turn.phases), turn.exchange_seconds)
+            timings = finish(turn.phases, turn.training_seconds)
+            if self.prefetch:
+                timings["fitness"] += turn.prefetch_seconds
+            self.finish_step(turn.cell, timings, turn.exchange_seconds)
             return
         self.progress("exchange", expected=self.recipe.exchange.timeout)
         started = time.perf_counter()
@@ -319,12 +340,17 @@ class Driver:
     def step_together(self, group: Sequence[Cell]) -> None:
         """One generation of each cell in ``group``, their variation as one batched computation (each
         cell's phases before and after it on their own)."""
-        exchanged = [self.gather(cell) for cell in group]
-        phases = [cell.generation_phases() for cell in group]
+        together = self.prefetch and len(group) > 1
+        exchanged, share = self._prefetch(group) if together else ([self.gather(c) for c in group], 0.0)
+        phases = [cell.generation_phases(stacked_fitness=self.stacked_fitness) for cell in group]
         jobs = [next(phase) for phase in phases]
+        started = time.perf_counter()
         self.settings.problem.vary_together(jobs)
+        training = (time.perf_counter() - started) / len(jobs)
         for cell, phase, seconds in zip(group, phases, exchanged, strict=True):
-            self.finish_step(cell, finish(phase), seconds)
+            timings = finish(phase, training)
+            timings["fitness"] += share
+            self.finish_step(cell, timings, seconds)
 
     def gather(self, cell: Cell) -> float:
         """Gather and adopt the neighbours' models for ``cell``'s next generation; the seconds it took."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -139,7 +140,12 @@ def run_networks(planes: torch.Tensor, networks: torch.Tensor, *, swaps: bool = 
     :param swaps: also return ``(H, C)`` bools: whether comparator ``c`` of host ``h`` swapped any vector
         (one that never does can be removed without changing what the network computes).
     :returns: the swap table, or None.
+
+    On the CPU the comparators run through numpy on the same memory: each step is a handful of small
+    array operations, where torch's per-operation overhead is several times numpy's.
     """
+    if planes.device.type == "cpu" and planes.is_contiguous():
+        return _run_numpy(planes, networks, swaps=swaps)
     hosts, _, words = planes.shape
     swapped = torch.zeros(hosts, networks.shape[1], dtype=torch.bool, device=planes.device) if swaps else None
     indices = networks.unsqueeze(-1).expand(hosts, networks.shape[1], 2, words)
@@ -151,6 +157,25 @@ def run_networks(planes: torch.Tensor, networks: torch.Tensor, *, swaps: bool = 
         planes.scatter_(1, low, a & b)  # when low == high both writes leave the wire as it was
         planes.scatter_(1, high, a | b)
     return swapped
+
+
+def _run_numpy(planes: torch.Tensor, networks: torch.Tensor, *, swaps: bool) -> torch.Tensor | None:
+    """:func:`run_networks` on a contiguous CPU tensor, through a numpy view of its memory: wire ``i`` of
+    host ``h`` is row ``h * n + i`` of the ``(H * n, words)`` view."""
+    hosts, inputs, words = planes.shape
+    flat = planes.numpy().reshape(hosts * inputs, words)
+    base = (np.arange(hosts, dtype=np.int64) * inputs)[None, :]
+    wires = networks.cpu().numpy()
+    lows = np.ascontiguousarray(wires[:, :, 0].T) + base  # (C, H): the row of each comparator's ends
+    highs = np.ascontiguousarray(wires[:, :, 1].T) + base
+    swapped = np.zeros((networks.shape[1], hosts), dtype=bool) if swaps else None
+    for position, (low, high) in enumerate(zip(lows, highs, strict=True)):
+        a, b = flat[low], flat[high]
+        if swapped is not None:
+            swapped[position] = (a & ~b).any(axis=1)
+        flat[low] = a & b  # when low == high both writes leave the wire as it was
+        flat[high] = a | b
+    return None if swapped is None else torch.from_numpy(swapped.T.copy()).to(networks.device)
 
 
 def unsorted_words(planes: torch.Tensor) -> torch.Tensor:
@@ -174,6 +199,18 @@ def sorted_counts(networks: torch.Tensor, parasites: torch.Tensor) -> torch.Tens
     run_networks(batch, networks)
     failed = popcount(unsorted_words(batch)).reshape(hosts, count, per).sum(dim=-1)
     return vectors - failed
+
+
+def pair_counts(networks: torch.Tensor, parasites: torch.Tensor) -> torch.Tensor:
+    """Pair by pair: how many of parasite ``r``'s vectors host ``r`` sorts, ``(R,)`` int64.
+
+    :param networks: ``(R, C, 2)`` normalised wire pairs.
+    :param parasites: ``(R, V, n)`` bools. Row ``r`` runs only its own parasite's vectors, so any list of
+        games (many cells' neighbourhoods at once) is one pass over ``R`` rows.
+    """
+    planes = pack(parasites)  # (R, n, w)
+    run_networks(planes, networks)
+    return parasites.shape[1] - popcount(unsorted_words(planes)).sum(dim=-1)
 
 
 def exhaustive(networks: torch.Tensor, inputs: int, *, chunk_words: int = 1 << 22) -> tuple[torch.Tensor, torch.Tensor]:
@@ -206,6 +243,7 @@ __all__ = [
     "layers_allowed",
     "normalise",
     "pack",
+    "pair_counts",
     "popcount",
     "run_networks",
     "sorted_counts",

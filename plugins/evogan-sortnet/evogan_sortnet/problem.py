@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from evogan.api import Variation
+    from evogan.api import FitnessGame, Variation
     from evogan_sortnet import networks as wiring
 else:  # imported on first use: `evogan validate` and `components` read the options without torch
     torch = lazy("torch", globals())
@@ -36,6 +36,8 @@ else:  # imported on first use: `evogan validate` and `components` read the opti
 
 # Exhaustive results kept per genome; past this the cache starts afresh (a run revisits few old hosts).
 CACHE_LIMIT = 1 << 16
+# Prefetched host-by-parasite counts kept (a 5x5 grid's generation needs under 1,000); past this, afresh.
+PAIR_LIMIT = 1 << 16
 
 
 @dataclass
@@ -124,6 +126,8 @@ class SortingNetworks(Problem["SortingNetworks.Options"]):
         self._exhaustive: dict[bytes, tuple[int, int]] = {}
         self._prefix = torch.empty(0, 2, dtype=torch.int64)
         self._variation: dict[str, GenomeVariation] = {}
+        self._pairs: dict[tuple[bytes, bytes], int] = {}  # prefetched counts by (host, parasite) genome
+        self.prefetched = 0  # fitness calls answered from the prefetched counts (measurement)
 
     # ------------------------------------------------------------------------------------------ setup
     def setup(self) -> None:
@@ -191,6 +195,52 @@ class SortingNetworks(Problem["SortingNetworks.Options"]):
     def _networks(self, hosts: Sequence[nn.Module]) -> torch.Tensor:
         return torch.stack([host.network() for host in hosts])  # type: ignore[operator]
 
+    @staticmethod
+    def _key(network: nn.Module) -> bytes:
+        """A genome's contents (a host's comparators or a parasite's vectors), as tables key them."""
+        tensor = network.comparators if isinstance(network, wiring.Host) else network.vectors
+        assert isinstance(tensor, torch.Tensor)
+        return bytes(tensor.cpu().numpy())
+
+    def prefetch_fitness(self, games: Sequence[FitnessGame]) -> None:
+        """Every game's host-parasite counts not yet in the table, as one pass of one row per pair
+        (:func:`~evogan_sortnet.networks.pair_counts`): many cells' neighbourhoods in one call. The
+        :meth:`fitness` calls that follow read them instead of testing, and count tests and verify hosts
+        exactly as they would have (nothing here touches ``evaluations`` or the discoveries)."""
+        hosts: dict[bytes, nn.Module] = {}
+        parasites: dict[bytes, nn.Module] = {}
+        pairs: dict[tuple[bytes, bytes], None] = {}
+        for game in games:
+            host_keys = [self._key(host) for host in game.first]
+            parasite_keys = [self._key(parasite) for parasite in game.second]
+            hosts.update(zip(host_keys, game.first, strict=True))
+            parasites.update(zip(parasite_keys, game.second, strict=True))
+            pairs.update(dict.fromkeys((h, p) for h in host_keys for p in parasite_keys))
+        todo = [pair for pair in pairs if pair not in self._pairs]
+        if not todo:
+            return
+        if len(self._pairs) + len(todo) > PAIR_LIMIT:
+            self._pairs.clear()
+        host_row = {key: i for i, key in enumerate(dict.fromkeys(h for h, _ in todo))}
+        parasite_row = {key: i for i, key in enumerate(dict.fromkeys(p for _, p in todo))}
+        networks = self._networks([hosts[key] for key in host_row])
+        vectors = torch.stack([parasites[key].vectors for key in parasite_row])  # type: ignore[misc]
+        rows_h = torch.tensor([host_row[h] for h, _ in todo], device=networks.device)
+        rows_p = torch.tensor([parasite_row[p] for _, p in todo], device=networks.device)
+        counts = wiring.pair_counts(networks[rows_h], vectors[rows_p])
+        self._pairs.update(zip(todo, counts.tolist(), strict=True))
+
+    def _prefetched(self, hosts: Sequence[nn.Module], keys: Sequence[bytes]) -> torch.Tensor | None:
+        """``(len(hosts), len(keys))`` counts from the prefetched table, or None if any pair is missing."""
+        if not self._pairs:
+            return None
+        try:
+            rows = [[self._pairs[(host, key)] for key in keys] for host in map(self._key, hosts)]
+        except KeyError:
+            return None
+        self.prefetched += 1
+        return torch.tensor(rows, dtype=torch.int64)
+
     def fitness(
         self,
         first: Sequence[nn.Module],
@@ -211,8 +261,11 @@ class SortingNetworks(Problem["SortingNetworks.Options"]):
         hosts_needed = [h for h, row in enumerate(rows) if any(key not in row for key in keys)]
         if hosts_needed:
             columns = sorted({p for h in hosts_needed for p, key in enumerate(keys) if key not in rows[h]})
-            networks = self._networks([first[h] for h in hosts_needed])
-            counts = wiring.sorted_counts(networks, parasites[columns])
+            counts = self._prefetched([first[h] for h in hosts_needed], [keys[p] for p in columns])
+            networks = None if counts is not None else self._networks([first[h] for h in hosts_needed])
+            if networks is not None:
+                counts = wiring.sorted_counts(networks, parasites[columns])
+            assert counts is not None
             self.evaluations += len(hosts_needed) * len(columns) * vectors
             for i, h in enumerate(hosts_needed):
                 rows[h].update(zip((keys[p] for p in columns), counts[i].tolist(), strict=True))
@@ -223,11 +276,11 @@ class SortingNetworks(Problem["SortingNetworks.Options"]):
         return 1.0 - share, share.T.contiguous()
 
     def _verify_perfect(
-        self, hosts: Sequence[nn.Module], networks: torch.Tensor, counts: torch.Tensor, vectors: int
+        self, hosts: Sequence[nn.Module], networks: torch.Tensor | None, counts: torch.Tensor, vectors: int
     ) -> None:
         perfect = (counts == vectors).all(dim=1).nonzero().flatten().tolist()
         if perfect:
-            self._check([hosts[i] for i in perfect], networks[perfect])
+            self._check([hosts[i] for i in perfect], networks[perfect] if networks is not None else None)
 
     # ------------------------------------------------------------------------------------------ scores
     def _check(self, hosts: Sequence[nn.Module], networks: torch.Tensor | None = None) -> list[tuple[int, int]]:

@@ -204,3 +204,39 @@ def test_a_0_2_recipe_with_mutation_none_loads_with_one_warning_and_drops_it(tmp
     ]
     assert "problem sortnet has no pairing" in str(caught[0].message)
     assert then.data == now.data and then.choices == now.choices
+
+
+def test_batched_fitness_of_all_cells_gives_the_cell_by_cell_records_bit_for_bit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 39: the problem plays every local cell's fitness games as one batch (``prefetch_fitness``);
+    the records, the per-process counters included (the same tests are counted at the same points), are
+    those of the cell-by-cell path. A 3x3 grid on 4 wires finds correct networks, so verification and
+    discoveries are covered."""
+    from evogan_sortnet.problem import SortingNetworks
+
+    from evogan.api import Problem
+
+    recipe = write_recipe(tmp_path, generations=25)
+    overrides = [
+        "topology.rows=3", "topology.cols=3", "population.size=1",
+        "problem.inputs=4", "problem.comparators=8", "problem.vectors=4",
+    ]
+    from evogan_sortnet import networks
+
+    tested: list[int] = []
+    shipped = networks.sorted_counts
+
+    def counting(*args: Any) -> Any:
+        tested.append(1)
+        return shipped(*args)
+
+    monkeypatch.setattr(networks, "sorted_counts", counting)
+    batched = run_tiny(recipe, overrides=overrides)
+    calls = len(tested)
+    monkeypatch.setattr(SortingNetworks, "prefetch_fitness", Problem.prefetch_fitness)
+    alone = run_tiny(recipe, overrides=overrides)
+    assert len(tested) - 2 * calls >= 25 * 9  # every cell's fitness phase was answered from the batch
+    assert (batched / "metrics.jsonl").read_bytes() == (alone / "metrics.jsonl").read_bytes()
+    last = records(batched)[-1]["best_metrics"]
+    assert last["found"] == 1.0 and 0 < last["first_correct_at"] < last["evaluations"]
