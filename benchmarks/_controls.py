@@ -354,10 +354,12 @@ def contents_of(record: Mapping[str, Any]) -> str:
 def _digest_at(commit: str, recipe: str) -> str | None:
     """The digest of ``recipe`` as committed at ``commit``, or None (an unknown commit, or a recipe today's
     code no longer reads)."""
+    if not commit:
+        return None
     shown = subprocess.run(
         ["git", "-C", str(ROOT), "show", f"{commit}:{recipe}"], capture_output=True, text=True, check=False
     )
-    if not commit or shown.returncode != 0:
+    if shown.returncode != 0:
         return None
     with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
         warnings.simplefilter("ignore")  # an old layout's deprecation warnings: the digest reads through them

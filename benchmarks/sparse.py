@@ -241,7 +241,8 @@ def probe(results: list[dict[str, Any]]) -> str:
     ]
     for (setting, d_g), by_d in sorted(rows.items()):
         for d_d, runs in sorted(by_d.items()):
-            medians = [statistics.median(b for b in r["br"][len(r["br"]) // 2 :] if not math.isnan(b)) for r in runs]
+            halves = [[b for b in r["br"][len(r["br"]) // 2 :] if not math.isnan(b)] for r in runs]
+            medians = [statistics.median(half) if half else math.nan for half in halves]  # no sample: no BR
             lines.append(
                 f"| {setting} | {d_g:.0%} | {d_d:.0%} | {len(runs)} | {mean_sd(medians, 3)} "
                 f"| {mean_sd([r['fid'] for r in runs], 1)} | {mean_sd([float(r['classes'] or 0) for r in runs], 1)} |"

@@ -311,8 +311,7 @@ class Driver:
         turn.training_seconds += time.perf_counter() - started
         if turn.substep is None:
             timings = finish(turn.phases, turn.training_seconds)
-            if self.prefetch:
-                timings["fitness"] += turn.prefetch_seconds
+            timings["fitness"] += turn.prefetch_seconds  # its share of the batched fitness (0 without one)
             self.finish_step(turn.cell, timings, turn.exchange_seconds)
             return
         self.progress("exchange", expected=self.recipe.exchange.timeout)
