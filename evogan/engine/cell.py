@@ -1,4 +1,6 @@
-"""One cell of the grid and its Lipizzaner generation: gather, evaluate, select, train, replace, mix.
+"""One cell of the grid: its populations, neighbours' copies, mixture, messages and the mechanics its
+generation calls (fitness games, replacement, the mixture's ES, the record). The generation itself, top to
+bottom, is :mod:`evogan.engine.generation`; the turn-taking of a process's cells, :mod:`evogan.engine.scheduler`.
 
 The cell speaks to its components only through the base classes of :mod:`evogan.api`. DEAP's Statistics
 summarise the neighbourhood, and the cell's DEAP Logbook holds one record per generation: the record
@@ -9,8 +11,8 @@ from __future__ import annotations
 
 import copy
 import math
-import time
 from collections.abc import Generator, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -18,10 +20,9 @@ import numpy as np
 import torch
 from deap import tools
 
-from evogan.api import FitnessGame, Opponents, Problem, Role, Selection, Variation
+from evogan.api import FitnessGame, Problem, Role, Selection, Variation
 from evogan.engine.codec import Codec, Manifest, Message, WireState
-from evogan.engine.divergence import restore, snapshot
-from evogan.engine.migration import migrate
+from evogan.engine.generation import VaryTogether, generation, run_alone
 from evogan.engine.optimizer_state import load_optimizer_state
 from evogan.errors import MessageRejected, UserError
 from evogan.individual import AVERAGE, SPARSE, Individual
@@ -332,127 +333,49 @@ class Cell:
         pool = {role: self.neighbourhood(role) for role in self.roles}
         return pool, self.problem.fitness_batch(generator=rnd.torch, cell=self.index)
 
-    def step(self) -> dict[str, float]:
-        """Run one generation, append its record to :attr:`logbook`; return the per-phase timings (seconds)."""
-        phases = self.generation_phases()
-        job = next(phases)
-        started = time.perf_counter()
-        self.vary(job)
-        return finish(phases, time.perf_counter() - started)
-
-    def generation_phases(self, *, stacked_fitness: bool = False) -> Phases:
-        """One generation, paused at its variation phase: it yields the :class:`~evogan.api.Variation`,
-        whoever drives it varies the job (:meth:`vary`, or several cells' jobs at once), then resumes it
-        to the end with the seconds that took (:func:`finish`); it returns the per-phase timings and appends
-        the record. ``stacked_fitness``: score every game through :meth:`Problem.stacked_fitness` where the
+    def start_generation(self, *, stacked_fitness: bool = False) -> CellRandom:
+        """Step to the next generation (:func:`evogan.engine.generation.generation` runs it); its random
+        streams. ``stacked_fitness``: score its games through :meth:`Problem.stacked_fitness` where the
         problem can (vectorised cells)."""
         self._stacked = stacked_fitness
         self.generation += 1
-        settings, problem, roles = self.settings, self.problem, self.roles
-        population = settings.recipe.population
-        rnd = CellRandom.for_generation(settings.seed, self.index, self.generation)
-        timings: dict[str, float] = {}
-        clock = time.perf_counter()
+        return CellRandom.for_generation(self.settings.seed, self.index, self.generation)
 
-        def lap(phase: str) -> None:
-            nonlocal clock
-            now = time.perf_counter()
-            timings[phase] = timings.get(phase, 0.0) + now - clock
-            clock = now
+    def forget_outputs(self) -> None:
+        """Drop the memoised fitness outputs: a new batch, or a phase that must not reuse them."""
+        self._memo = {}
 
-        pool, data = self._fitness_inputs(rnd)
-        self._memo = {}  # the re-evaluations below reuse what this one computes on the same batch
-        self.evaluate(pool[roles[0]], pool[roles[1]], data, rnd)
-        lap("fitness")
-
-        clone, select = problem.make_optimizer, settings.selection.select
-        if population.selection:
-            members = {
-                role: [ind.clone(clone) for ind in select(pool[role], population.size, rng=rnd.numpy)]
-                for role in roles
-            }
-            for ind in (*members[roles[0]], *members[roles[1]]):
-                ind.origin = self.index
-            # Lipizzaner: offspring train against the other role's offspring; "neighbourhood" adds the
-            # neighbours' copies, which the pairings draw from when selection is off
-            copies = {role: pool[role][len(self.population(role)) :] for role in roles}
-            extra = population.opponents == "neighbourhood"
-            faced = {
-                role: [*members[other], *(copies[other] if extra else ())]
-                for role, other in zip(roles, roles[::-1], strict=True)
-            }
-            incumbents: dict[Role, Sequence[Individual]] = dict(self.populations)
-        else:
-            members = dict(self.populations)
-            faced = {roles[0]: pool[roles[1]], roles[1]: pool[roles[0]]}
-            incumbents = {}
-        # what a member that diverges in training is restored from: with selection on the incumbents,
-        # which training leaves alone; with selection off a copy, as training changes them in place
-        before = incumbents or {role: snapshot(self.population(role), problem) for role in roles}
-        lap("selection")
-
-        progress = (self.generation - 1) / max(1, settings.recipe.run.generations)
-        opponents = {
-            role: Opponents(
-                own=members[other],
-                neighbourhood=faced[role],
-                weights=self._cell_weights(faced[role]),
-                progress=progress,
-            )
-            for role, other in zip(roles, roles[::-1], strict=True)
-        }
-        job = Variation(
-            cell_index=self.index,
-            generation=self.generation,
-            members=members,
-            pool=pool,
-            opponents=opponents,
-            incumbents=incumbents,
-            rnd=rnd,
-            exchange_every=settings.recipe.exchange.every_batches,
-            problem=self.problem,
-        )
+    @contextmanager
+    def training(self, members: Mapping[Role, list[Individual]]) -> Iterator[None]:
+        """While ``members`` vary: messages publish the best of them, and afterwards their memoised
+        fitness outputs are stale."""
         self._training = members
         try:
-            training_seconds = yield job
+            yield
         finally:
             self._training = None
-        for role in roles:
+        for role in self.roles:
             for varied in members[role]:
                 self._memo.pop(varied.network, None)
-        timings["training"] = training_seconds
-        clock = time.perf_counter()  # the driver's time between the yield and now is not this cell's
-        restored = restore(
-            problem,
-            self.index,
-            members,
-            before,
-            {peer: slots for peer, slots in self.foreign.items() if peer in self.neighbours},
-            aligned=not population.selection,
-            lr_factor=population.restore_lr,
-        )
-        self.unrestored = None in restored
-        if restored:  # with selection off the pool held the diverged individuals themselves
-            pool = {role: self.neighbourhood(role) for role in roles}
 
-        replaced = self._replace(members, pool, data, rnd) if population.selection else {}
-        if not population.selection:
-            self.evaluate(self.population(roles[0]), pool[roles[1]], data, rnd, score=(roles[0],))
-            self.evaluate(pool[roles[0]], self.population(roles[1]), data, rnd, score=(roles[1],))
-        lap("replacement")
+    def step(self) -> dict[str, float]:
+        """Run one generation alone (no exchange inside it), append its record to :attr:`logbook`;
+        return the per-phase timings (seconds)."""
+        return run_alone(generation(self))
 
-        self._memo = {}
-        every = population.migration_every
-        migration: dict[str, Any] = {}
-        if every:  # records and timings of runs without migration stay as they were
-            migration["migrated_from"] = migrate(self, pool, data, rnd) if self.generation % every == 0 else None
-            lap("migration")
-        mixture_metrics = self._evolve_mixture(rnd)
-        lap("mixture")
-
-        divergence = {"diverged": len(restored), "restored_from": restored}
-        self._record(pool, replaced, mixture_metrics, {**migration, **divergence})
-        return timings
+    def generation_phases(self, *, stacked_fitness: bool = False) -> Phases:
+        """One generation, paused at its variation phase: it yields the :class:`~evogan.api.Variation`,
+        the caller varies it, then resumes it to the end with the seconds that took (:func:`finish`).
+        Kept for callers of 0.3.0; :func:`evogan.engine.generation.generation` is the generation."""
+        steps = generation(self, together=True, stacked_fitness=stacked_fitness)
+        pause = next(steps)
+        assert isinstance(pause, VaryTogether)
+        seconds = yield pause.job
+        try:
+            steps.send(seconds)
+        except StopIteration as end:
+            return end.value
+        raise RuntimeError("a generation yields one variation job")
 
     def varying(self, job: Variation) -> Iterator[int]:
         """The problem's variation of ``job``, paused at each exchange inside the generation (it yields
@@ -464,7 +387,7 @@ class Cell:
         for _ in self.varying(job):
             pass
 
-    def _cell_weights(self, individuals: Sequence[Individual]) -> list[float]:
+    def cell_weights(self, individuals: Sequence[Individual]) -> list[float]:
         """Each individual's share of its cell's mixture weight (cells split evenly among their members),
         normalised; uniform when the mixture gives these cells no weight."""
         counts: dict[int, int] = {}
@@ -476,7 +399,7 @@ class Cell:
             return [1.0 / len(individuals)] * len(individuals)
         return [w / total for w in weights]
 
-    def _replace(
+    def replace(
         self,
         offspring: Mapping[Role, list[Individual]],
         pool: Mapping[Role, list[Individual]],

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -25,12 +25,12 @@ from evogan.api import (
     Selection,
     Topology,
     Transport,
-    Variation,
 )
-from evogan.engine.cell import Cell, CellSettings, Phases, finish
+from evogan.engine.cell import Cell, CellSettings
 from evogan.engine.divergence import divergence_summary
 from evogan.engine.plots import record_score
 from evogan.engine.rundir import RunDirectory, writing
+from evogan.engine.scheduler import Scheduler
 from evogan.engine.vectorized import decide
 from evogan.errors import UserError
 from evogan.recipe import Recipe, build_nested
@@ -112,21 +112,6 @@ def build_settings(
     )
 
 
-@dataclass
-class _Turn:
-    """A cell's generation while cells take turns: its phases, its variation job and the variation's
-    pauses; ``substep``: the exchange point it waits at (None once it has trained to the end)."""
-
-    cell: Cell
-    phases: Phases
-    job: Variation
-    steps: Iterator[int]
-    exchange_seconds: float
-    substep: int | None = None
-    prefetch_seconds: float = 0.0
-    training_seconds: float = 0.0
-
-
 class Driver:
     """Steps ``cells`` (indices into the topology) until every one reaches the last generation."""
 
@@ -158,8 +143,7 @@ class Driver:
         self.info: RunInfo | None = None
         self.vectorize, self.training_note = False, ""  # decided at start, when the populations exist
         self.stacked_fitness = False  # vectorised cells score through Problem.stacked_fitness (decided then)
-        # the problem plays all local cells' fitness games as one batch (Problem.prefetch_fitness)
-        self.prefetch = type(settings.problem).prefetch_fitness is not Problem.prefetch_fitness
+        self.scheduler: Scheduler | None = None  # the cells' turn-taking, built at start
         self._unnoted: set[int] = set()
 
     # -------------------------------------------------------------------------------- start
@@ -190,6 +174,16 @@ class Driver:
         if self.vectorize:
             self._probe_fitness()
         self._unnoted = {cell.index for cell in self.cells}  # the training note leads each cell's log
+        self.scheduler = Scheduler(
+            self.settings.problem,
+            self.transport,
+            self.recipe.exchange,
+            vectorize=self.vectorize,
+            stacked_fitness=self.stacked_fitness,
+            progress=self.progress,
+            gathered=self._gathered,
+            finished=self.finish_step,
+        )
         start = min(resume_at.values()) if resume_at else 0
         self.info = RunInfo(
             recipe=self.recipe,
@@ -263,114 +257,13 @@ class Driver:
         self.stacked_fitness = True
 
     def step_cells(self, cells: Sequence[Cell]) -> None:
-        """One generation of each of ``cells``, cells at the same generation together: vectorised, as one
-        batched computation (:mod:`evogan.engine.vectorized`); otherwise one after another, taking turns
-        at the exchanges inside the generation (:meth:`take_turns`)."""
-        for generation in sorted({cell.generation for cell in cells}):
-            group = [cell for cell in cells if cell.generation == generation]
-            if self.vectorize:
-                self.step_together(group)
-            else:
-                self.take_turns(group)
+        """One generation of each of ``cells`` (:class:`~evogan.engine.scheduler.Scheduler`: vectorised,
+        as one batched computation; otherwise taking turns at the exchanges inside the generation)."""
+        assert self.scheduler is not None, "start() comes first"
+        self.scheduler.step(cells)
 
-    def take_turns(self, group: Sequence[Cell]) -> None:
-        """One generation of each cell in ``group``: a cell trains until its next exchange inside the
-        generation (it publishes there), then the next cell takes its turn; a cell gathers what its
-        neighbours published when its turn comes round again. Every round publishes before anyone gathers
-        and the order of all work is fixed: a single process computes what lockstep workers compute."""
-        turns: list[_Turn] = []
-        gathered, share = self._prefetch(group) if self.prefetch and len(group) > 1 else ([], 0.0)
-        for i, cell in enumerate(group):  # first round: each cell gathers the last generation's models
-            exchange_seconds = gathered[i] if gathered else self.gather(cell)  # as its turn comes
-            phases = cell.generation_phases()
-            job = next(phases)
-            started = time.perf_counter()  # a problem whose vary is no generator varies the job right here
-            steps = cell.varying(job)
-            training = time.perf_counter() - started
-            turn = _Turn(cell, phases, job, steps, exchange_seconds, prefetch_seconds=share, training_seconds=training)
-            turns.append(turn)
-            self._advance(turns[-1])
-        while waiting := [turn for turn in turns if turn.substep is not None]:
-            for turn in waiting:
-                self._gather_inside(turn)
-                self._advance(turn)
-
-    def _prefetch(self, group: Sequence[Cell]) -> tuple[list[float], float]:
-        """Gather every cell's neighbours (the messages are those each would gather in its turn: the wanted
-        generation's, which stay), then hand the problem the cells' fitness games in the order they will be
-        played. The seconds each gather took, and each cell's share of the prefetch."""
-        gathered = [self.gather(cell) for cell in group]
-        started = time.perf_counter()
-        self.settings.problem.prefetch_fitness([cell.upcoming_fitness() for cell in group])
-        return gathered, (time.perf_counter() - started) / max(1, len(group))
-
-    def _advance(self, turn: _Turn) -> None:
-        """Train ``turn``'s cell to its next exchange point and publish there, or to the generation's end."""
-        started = time.perf_counter()
-        turn.substep = next(turn.steps, None)
-        turn.training_seconds += time.perf_counter() - started
-        if turn.substep is None:
-            timings = finish(turn.phases, turn.training_seconds)
-            timings["fitness"] += turn.prefetch_seconds  # its share of the batched fitness (0 without one)
-            self.finish_step(turn.cell, timings, turn.exchange_seconds)
-            return
-        self.progress("exchange", expected=self.recipe.exchange.timeout)
-        started = time.perf_counter()
-        self.transport.publish(turn.cell.index, turn.cell.message(substep=turn.substep))
-        turn.exchange_seconds += time.perf_counter() - started
-
-    def _gather_inside(self, turn: _Turn) -> None:
-        """Load the neighbours' models stamped ``(last generation, batches done)`` into ``turn``'s cell."""
-        cell, exchange, batches = turn.cell, self.recipe.exchange, turn.substep
-        assert batches is not None
-        started = time.perf_counter()
-        messages = self.transport.gather(
-            cell.index,
-            cell.neighbours,
-            cell.generation - 1,
-            max_staleness=exchange.max_staleness,
-            timeout=exchange.timeout,
-            substep=batches,
-        )
-        cell.receive(messages, wanted=(cell.generation - 1, batches))
-        turn.exchange_seconds += time.perf_counter() - started
-        self.progress("train")
-
-    def step_together(self, group: Sequence[Cell]) -> None:
-        """One generation of each cell in ``group``, their variation as one batched computation (each
-        cell's phases before and after it on their own)."""
-        together = self.prefetch and len(group) > 1
-        exchanged, share = self._prefetch(group) if together else ([self.gather(c) for c in group], 0.0)
-        phases = [cell.generation_phases(stacked_fitness=self.stacked_fitness) for cell in group]
-        jobs = [next(phase) for phase in phases]
-        started = time.perf_counter()
-        self.settings.problem.vary_together(jobs)
-        training = (time.perf_counter() - started) / len(jobs)
-        for cell, phase, seconds in zip(group, phases, exchanged, strict=True):
-            timings = finish(phase, training)
-            timings["fitness"] += share
-            self.finish_step(cell, timings, seconds)
-
-    def gather(self, cell: Cell) -> float:
-        """Gather and adopt the neighbours' models for ``cell``'s next generation; the seconds it took."""
-        exchange = self.recipe.exchange
-        self.progress("exchange", expected=exchange.timeout)
-        started = time.perf_counter()
-        cell.exchange.begin_generation()
-        messages = self.transport.gather(
-            cell.index,
-            cell.neighbours,
-            cell.generation,
-            max_staleness=exchange.max_staleness,
-            timeout=exchange.timeout,
-        )
-        accepted = cell.receive(messages, wanted=(cell.generation, 0))
-        exchange_seconds = time.perf_counter() - started
-        self.pm.hook.evogan_exchange(
-            run=self.info, cell=cell.index, generation=cell.generation + 1, received=accepted
-        )
-        self.progress("train")
-        return exchange_seconds
+    def _gathered(self, cell: Cell, accepted: Mapping[int, Mapping[str, Any]]) -> None:
+        self.pm.hook.evogan_exchange(run=self.info, cell=cell.index, generation=cell.generation + 1, received=accepted)
 
     def finish_step(self, cell: Cell, timings: dict[str, float], exchange_seconds: float) -> None:
         """Publish, record, log, fire the generation's hook, checkpoint and draw as the recipe asks.
