@@ -387,7 +387,7 @@ class Cell:
         for _ in self.varying(job):
             pass
 
-    def cell_weights(self, individuals: Sequence[Individual]) -> list[float]:
+    def _cell_weights(self, individuals: Sequence[Individual]) -> list[float]:
         """Each individual's share of its cell's mixture weight (cells split evenly among their members),
         normalised; uniform when the mixture gives these cells no weight."""
         counts: dict[int, int] = {}
@@ -399,7 +399,7 @@ class Cell:
             return [1.0 / len(individuals)] * len(individuals)
         return [w / total for w in weights]
 
-    def replace(
+    def _replace(
         self,
         offspring: Mapping[Role, list[Individual]],
         pool: Mapping[Role, list[Individual]],

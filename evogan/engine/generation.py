@@ -19,17 +19,48 @@ from __future__ import annotations
 
 import time
 from collections.abc import Generator, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from evogan.api import Opponents, Role, Variation
+from evogan.api import Opponents, Role, Selection, Variation
+from evogan.engine import migration
 from evogan.engine.divergence import restore, snapshot
 from evogan.engine.migration import migrate
 from evogan.individual import Individual
+from evogan.recipe import Recipe
+from evogan.rng import CellRandom
 
-if TYPE_CHECKING:
-    from evogan.engine.cell import Cell
-    from evogan.rng import CellRandom
+
+class _Settings(Protocol):
+    @property
+    def seed(self) -> int: ...
+    @property
+    def recipe(self) -> Recipe: ...
+    @property
+    def selection(self) -> Selection: ...
+
+
+class Cell(migration.Cell, Protocol):
+    """What a generation asks of its cell (:class:`evogan.engine.cell.Cell` has it; named here as a
+    protocol because the cell runs its own generation through this module)."""
+
+    generation: int
+    neighbours: tuple[int, ...]
+    populations: dict[Role, list[Individual]]
+    unrestored: bool
+    @property
+    def settings(self) -> _Settings: ...
+    def start_generation(self, *, stacked_fitness: bool = ...) -> CellRandom: ...
+    def _fitness_inputs(self, rnd: CellRandom) -> tuple[dict[Role, list[Individual]], Any]: ...
+    def forget_outputs(self) -> None: ...
+    def neighbourhood(self, role: Role) -> list[Individual]: ...
+    def training(self, members: Mapping[Role, list[Individual]]) -> AbstractContextManager[None]: ...
+    def varying(self, job: Variation) -> Iterator[int]: ...
+    def _cell_weights(self, individuals: Sequence[Individual]) -> list[float]: ...
+    def _replace(self, offspring: Any, pool: Any, data: Any, rnd: CellRandom) -> dict[str, bool]: ...
+    def _evolve_mixture(self, rnd: CellRandom) -> dict[str, float]: ...
+    def _record(self, pool: Any, replaced: Any, mixture_metrics: Any, extra: Any) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -116,7 +147,7 @@ def generation(cell: Cell, *, together: bool = False, stacked_fitness: bool = Fa
 
     # 4. Replacement: offspring against incumbents on the same batch and opponents; without selection
     # the varied population is scored again.
-    replaced = cell.replace(members, pool, data, rnd) if population.selection else {}
+    replaced = cell._replace(members, pool, data, rnd) if population.selection else {}
     if not population.selection:
         cell.evaluate(cell.population(first), pool[second], data, rnd, score=(first,))
         cell.evaluate(pool[first], cell.population(second), data, rnd, score=(second,))
@@ -180,7 +211,7 @@ def variation_job(
         role: Opponents(
             own=members[other],
             neighbourhood=faced[role],
-            weights=cell.cell_weights(faced[role]),
+            weights=cell._cell_weights(faced[role]),
             progress=progress,
         )
         for role, other in zip(cell.roles, cell.roles[::-1], strict=True)
