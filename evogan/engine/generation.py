@@ -32,37 +32,6 @@ from evogan.recipe import Recipe
 from evogan.rng import CellRandom
 
 
-class _Settings(Protocol):
-    @property
-    def seed(self) -> int: ...
-    @property
-    def recipe(self) -> Recipe: ...
-    @property
-    def selection(self) -> Selection: ...
-
-
-class Cell(migration.Cell, Protocol):
-    """What a generation asks of its cell (:class:`evogan.engine.cell.Cell` has it; named here as a
-    protocol because the cell runs its own generation through this module)."""
-
-    generation: int
-    neighbours: tuple[int, ...]
-    populations: dict[Role, list[Individual]]
-    unrestored: bool
-    @property
-    def settings(self) -> _Settings: ...
-    def start_generation(self, *, stacked_fitness: bool = ...) -> CellRandom: ...
-    def _fitness_inputs(self, rnd: CellRandom) -> tuple[dict[Role, list[Individual]], Any]: ...
-    def forget_outputs(self) -> None: ...
-    def neighbourhood(self, role: Role) -> list[Individual]: ...
-    def training(self, members: Mapping[Role, list[Individual]]) -> AbstractContextManager[None]: ...
-    def varying(self, job: Variation) -> Iterator[int]: ...
-    def _cell_weights(self, individuals: Sequence[Individual]) -> list[float]: ...
-    def _replace(self, offspring: Any, pool: Any, data: Any, rnd: CellRandom) -> dict[str, bool]: ...
-    def _evolve_mixture(self, rnd: CellRandom) -> dict[str, float]: ...
-    def _record(self, pool: Any, replaced: Any, mixture_metrics: Any, extra: Any) -> None: ...
-
-
 @dataclass(frozen=True)
 class ExchangePoint:
     """The cell trained ``batches`` batches into its generation and waits for its neighbours' models;
@@ -84,22 +53,6 @@ Timings = dict[str, float]
 #: what :func:`generation` is: it yields pauses, receives the variation's seconds after a
 #: :class:`VaryTogether` (None after an :class:`ExchangePoint`), returns the per-phase timings
 Steps = Generator[Pause, float | None, Timings]
-
-
-class _Laps:
-    """Seconds per phase; time spent paused (in the scheduler) is nobody's phase."""
-
-    def __init__(self) -> None:
-        self.timings: Timings = {}
-        self.clock = time.perf_counter()
-
-    def lap(self, phase: str) -> None:
-        now = time.perf_counter()
-        self.timings[phase] = self.timings.get(phase, 0.0) + now - self.clock
-        self.clock = now
-
-    def restart(self) -> None:
-        self.clock = time.perf_counter()
 
 
 def generation(cell: Cell, *, together: bool = False, stacked_fitness: bool = False) -> Steps:
@@ -255,6 +208,55 @@ def run_alone(steps: Steps) -> Timings:
             pause = steps.send(None)
     except StopIteration as end:
         return end.value
+
+
+class _Laps:
+    """Seconds per phase; time spent paused (in the scheduler) is nobody's phase."""
+
+    def __init__(self) -> None:
+        self.timings: Timings = {}
+        self.clock = time.perf_counter()
+
+    def lap(self, phase: str) -> None:
+        now = time.perf_counter()
+        self.timings[phase] = self.timings.get(phase, 0.0) + now - self.clock
+        self.clock = now
+
+    def restart(self) -> None:
+        self.clock = time.perf_counter()
+
+
+# ------------------------------------------------------------------------ what a generation asks of its cell
+class _Settings(Protocol):
+    @property
+    def seed(self) -> int: ...
+    @property
+    def recipe(self) -> Recipe: ...
+    @property
+    def selection(self) -> Selection: ...
+
+
+class Cell(migration.Cell, Protocol):
+    """What a generation asks of its cell (:class:`evogan.engine.cell.Cell` has it; named here as a
+    protocol because the cell runs its own generation through this module)."""
+
+    generation: int
+    neighbours: tuple[int, ...]
+    populations: dict[Role, list[Individual]]
+    unrestored: bool
+
+    @property
+    def settings(self) -> _Settings: ...
+    def start_generation(self, *, stacked_fitness: bool = ...) -> CellRandom: ...
+    def _fitness_inputs(self, rnd: CellRandom) -> tuple[dict[Role, list[Individual]], Any]: ...
+    def forget_outputs(self) -> None: ...
+    def neighbourhood(self, role: Role) -> list[Individual]: ...
+    def training(self, members: Mapping[Role, list[Individual]]) -> AbstractContextManager[None]: ...
+    def varying(self, job: Variation) -> Iterator[int]: ...
+    def _cell_weights(self, individuals: Sequence[Individual]) -> list[float]: ...
+    def _replace(self, offspring: Any, pool: Any, data: Any, rnd: CellRandom) -> dict[str, bool]: ...
+    def _evolve_mixture(self, rnd: CellRandom) -> dict[str, float]: ...
+    def _record(self, pool: Any, replaced: Any, mixture_metrics: Any, extra: Any) -> None: ...
 
 
 __all__ = [
