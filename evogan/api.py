@@ -605,6 +605,7 @@ __all__ = [
     "ComponentRegistry",
     "ConnectableTransport",
     "FitnessGame",
+    "LazyMetrics",
     "Opponents",
     "OptionsT",
     "Problem",
