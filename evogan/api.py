@@ -22,6 +22,7 @@ from evogan import deprecated
 from evogan.errors import UserError
 from evogan.individual import ROLES, Individual, Role, all_finite, individual_tensors
 from evogan.rng import CellRandom, ScoreStream
+from evogan.scores import LazyMetrics
 
 if TYPE_CHECKING:
     import torch
@@ -411,6 +412,20 @@ class Problem(Component[OptionsT]):
         scores both alike through :meth:`evaluate`."""
         return self.evaluate(generators, weights, generator=generator)
 
+    def evaluate_lazily(
+        self,
+        generators: Sequence[nn.Module],
+        weights: Sequence[float],
+        *,
+        stream: ScoreStream,
+        generator: torch.Generator,
+    ) -> LazyMetrics:
+        """:meth:`evaluate_on`, its metrics computed as they are read: what :meth:`objective` reads at once,
+        the rest from the same samples when first asked for (:class:`evogan.scores.LazyMetrics`), with
+        the values :meth:`evaluate_on` gives. The mixture ES scores two candidates and records only the
+        kept one's metrics. The default computes everything through :meth:`evaluate_on`."""
+        return LazyMetrics(self.evaluate_on(generators, weights, stream=stream, generator=generator))
+
     @abc.abstractmethod
     def objective(self, metrics: Mapping[str, float]) -> float:
         """The number the mixture ES minimises, taken from :meth:`evaluate`'s result."""
@@ -590,6 +605,7 @@ __all__ = [
     "ComponentRegistry",
     "ConnectableTransport",
     "FitnessGame",
+    "LazyMetrics",
     "Opponents",
     "OptionsT",
     "Problem",

@@ -10,7 +10,7 @@ import torch
 from torch_fidelity.metric_kid import kid_features_to_metric
 from torch_fidelity.metric_prc import prc_features_to_metric
 
-from evogan.builtin.gan import feature_metrics
+from evogan.builtin.gan import feature_metrics, image_metrics
 from evogan.builtin.gan.image_metrics import ClassifierMetric
 
 
@@ -102,6 +102,25 @@ def test_the_classifier_metric_reports_them_beside_fid_and_options_turn_them_off
     assert plain.keys() == {"fid", "tvd", "classes_covered"} and plain["fid"] == pytest.approx(scores["fid"])
     diverged = _classifier().score(torch.full((4, 1, 28, 28), float("nan")))
     assert diverged["kid"] == float("inf") and diverged["coverage"] == 0.0
+
+
+def test_the_lazy_score_is_the_fid_at_once_and_the_rest_from_the_same_features(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What the mixture ES scores both candidates on, and the same numbers to the last bit."""
+    samples = torch.rand(40, 1, 28, 28, generator=torch.Generator().manual_seed(3)) * 2 - 1
+    metric = _classifier()
+    full = metric.score(samples)
+    forwards, calls = [], []
+    features, feature_scores = metric._features, image_metrics.feature_scores
+    monkeypatch.setattr(metric, "_features", lambda images: forwards.append(1) or features(images))
+    monkeypatch.setattr(image_metrics, "feature_scores", lambda *a: calls.append(1) or feature_scores(*a))
+    lazy = metric.score_lazily(samples)
+    assert lazy.pending and lazy["fid"] == full["fid"] and not calls
+    assert lazy.complete() == full and list(lazy.complete()) == list(full)  # values and order
+    assert forwards == [1] and calls == [1]  # one classifier pass; the rest from its features
+    diverged = metric.score_lazily(torch.full((4, 1, 28, 28), float("nan")))
+    assert not diverged.pending and diverged["kid"] == float("inf")
 
 
 # The scores as first written (issue 26), each subset's cross kernel and k-NN radii by kthvalue: the faster

@@ -14,11 +14,12 @@ import numpy as np
 import pydantic
 import pytest
 import torch
+import torch.nn.functional as F
 
 from evogan.api import Role
 from evogan.builtin.gan import image_metrics as im
 from evogan.builtin.gan import images
-from evogan.builtin.gan.classifier import DEFAULT_WEIGHTS, weights_hash
+from evogan.builtin.gan.classifier import DEFAULT_WEIGHTS, load_classifier, weights_hash
 from evogan.builtin.gan.data import LoaderSource, TensorSource
 from evogan.builtin.gan.image_networks import Conv32, Dcgan64, MnistMlp
 from evogan.builtin.gan.images import (
@@ -349,6 +350,16 @@ def test_classifier_weights_hash_matches_json() -> None:
         all(v.dtype == torch.float32 for v in state.values())
         and sum(v.numel() for v in state.values()) == 21_840
     )
+
+
+def test_classifier_features_are_the_plain_layouts_to_the_bit(digits: TensorSource) -> None:
+    """Pooling in channels-last layout (faster on the CPU) changes no value: the forward as first written."""
+    model = load_classifier()
+    images = torch.cat([digits.sample(64, generator=seeded()), torch.rand(64, 1, 28, 28) * 2 - 1])
+    with torch.no_grad():
+        x = F.relu(F.max_pool2d(model.conv1(images), 2))
+        x = F.relu(F.max_pool2d(model.conv2(x), 2))
+        assert torch.equal(model.features(images), F.relu(model.fc1(x.flatten(1))))
 
 
 @pytest.fixture(scope="module")

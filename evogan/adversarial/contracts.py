@@ -18,6 +18,7 @@ from evogan import deprecated
 from evogan.api import Component, ComponentOptions, Opponents, OptionsT, Problem
 from evogan.errors import MessageRejected
 from evogan.individual import Individual, Role
+from evogan.scores import LazyMetrics
 
 if TYPE_CHECKING:
     import torch
@@ -339,6 +340,12 @@ class Metric(Component[OptionsT]):
     @abc.abstractmethod
     def score(self, samples: torch.Tensor) -> dict[str, float]:
         raise NotImplementedError
+
+    def score_lazily(self, samples: torch.Tensor) -> LazyMetrics:
+        """:meth:`score`, its metrics computed as they are read: ``primary`` at once, the rest from the
+        same samples (a metric may keep their features) when first asked for, with the values
+        :meth:`score` gives (:meth:`evogan.api.Problem.evaluate_lazily`). The default scores everything."""
+        return LazyMetrics(self.score(samples))
 
 # the adversarial problem's component kinds, in the order `evogan components` prints them after the generic
 # ones (evogan.registry.kinds)

@@ -510,9 +510,12 @@ class Cell:
         weights = np.array([self.mixture[c] for c in cells], dtype=float)
         weights = weights / weights.sum() if weights.sum() > 0 else np.full(len(cells), 1 / len(cells))
         seed = int(rnd.numpy.integers(2**62))
+        from evogan.scores import LazyMetrics  # here: the generation's restructuring owns this module's head
 
-        def score(candidate: np.ndarray) -> dict[str, float]:
-            return self._on_validation(networks, candidate.tolist(), seed)
+        def score(candidate: np.ndarray) -> LazyMetrics:
+            # as _on_validation, but lazily: both candidates need the objective, only the kept one the rest
+            noise = torch.Generator().manual_seed(seed)
+            return self.problem.evaluate_lazily(networks, candidate.tolist(), stream="validation", generator=noise)
 
         metrics = score(weights)
         if len(cells) > 1:
@@ -523,7 +526,7 @@ class Cell:
                 if self.problem.objective(trial) < self.problem.objective(metrics):
                     weights, metrics = candidate, trial
         self.mixture.update({c: float(w) for c, w in zip(cells, weights, strict=True)})
-        return metrics
+        return metrics.complete()
 
     def _record(
         self,

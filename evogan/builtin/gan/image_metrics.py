@@ -26,6 +26,7 @@ from evogan.download import Remote, by_hand, cache_dir, downloads_allowed, fetch
 from evogan.errors import UserError
 from evogan.hookspecs import Register, hookimpl
 from evogan.lazy import lazy
+from evogan.scores import LazyMetrics
 
 if TYPE_CHECKING:
     import torch
@@ -139,6 +140,12 @@ def feature_scores(real: RealStats, fake: torch.Tensor, options: FeatureMetricOp
     if real.radii is not None and fake.shape[0] > options.nearest_k:
         out.update(feature_metrics.prdc(real.features, fake, k=options.nearest_k, real_radii=real.radii))
     return out
+
+
+def fid_of(real: RealStats, fake: torch.Tensor) -> float:
+    """The FID of generated ``fake`` features against the reference statistics."""
+    mu, cov = mean_cov(fake)
+    return frechet_distance(real.mu, real.cov, mu, cov, real.sqrt_cov)
 
 
 def diverged_scores(options: FeatureMetricOptions) -> dict[str, float]:
@@ -278,25 +285,35 @@ class ClassifierMetric(Metric[ClassifierMetricOptions]):
         self.real = self.cache.get(key, lambda: self._real_stats(real))
 
     def score(self, samples: torch.Tensor) -> dict[str, float]:
+        return self.score_lazily(samples).complete()
+
+    def score_lazily(self, samples: torch.Tensor) -> LazyMetrics:
+        """The FID at once; TVD, classes covered and the feature metrics from the kept features and logits
+        when first asked for."""
         if self.real is None:
             raise RuntimeError("ClassifierMetric.score() before prepare()")
         self._check(tuple(samples.shape[1:]), "the generated sample")
         if samples.shape[0] < 2:
             raise UserError(f"metric {self.name} needs at least 2 generated samples, got {samples.shape[0]}")
         if not bool(torch.isfinite(samples).all()):  # a diverged generator
-            return {"fid": float("inf"), "tvd": 1.0, "classes_covered": 0.0, **diverged_scores(self.options)}
+            return LazyMetrics(
+                {"fid": float("inf"), "tvd": 1.0, "classes_covered": 0.0, **diverged_scores(self.options)}
+            )
         features, logits = self._features(samples.detach())
-        histogram = class_histogram(logits, self.model.num_classes)
-        covered = float((histogram >= self.coverage_threshold).sum())
-        mu, cov = mean_cov(features)
         real = self.real
-        assert real.histogram is not None
-        return {
-            "fid": frechet_distance(real.mu, real.cov, mu, cov, real.sqrt_cov),
-            "tvd": total_variation(real.histogram, histogram),
-            "classes_covered": covered,
-            **feature_scores(real, features, self.options),
-        }
+        fid = fid_of(real, features)
+
+        def rest() -> dict[str, float]:
+            histogram = class_histogram(logits, self.model.num_classes)
+            assert real.histogram is not None
+            return {
+                "fid": fid,
+                "tvd": total_variation(real.histogram, histogram),
+                "classes_covered": float((histogram >= self.coverage_threshold).sum()),
+                **feature_scores(real, features, self.options),
+            }
+
+        return LazyMetrics({"fid": fid}, rest)
 
 
 # --------------------------------------------------------------------------------------------- inception
@@ -469,17 +486,26 @@ class InceptionMetric(Metric[InceptionMetricOptions]):
         self.real = self.cache.get(key, lambda: self._real_stats(real))
 
     def score(self, samples: torch.Tensor) -> dict[str, float]:
+        return self.score_lazily(samples).complete()
+
+    def score_lazily(self, samples: torch.Tensor) -> LazyMetrics:
+        """The FID at once; the Inception Score and the feature metrics from the kept features and logits
+        when first asked for."""
         if self.real is None:
             raise RuntimeError("InceptionMetric.score() before prepare()")
         if samples.shape[0] < 2:
             raise UserError(f"metric {self.name} needs at least 2 generated samples, got {samples.shape[0]}")
         if not bool(torch.isfinite(samples).all()):  # a diverged generator
-            return {"fid": float("inf"), "is": 0.0, "is_std": 0.0, **diverged_scores(self.options)}
+            return LazyMetrics({"fid": float("inf"), "is": 0.0, "is_std": 0.0, **diverged_scores(self.options)})
         features, logits = self._features(samples.detach())
-        mu, cov = mean_cov(features)
-        fid = frechet_distance(self.real.mu, self.real.cov, mu, cov, self.real.sqrt_cov)
-        score, spread = inception_score(logits, self.options.splits)
-        return {"fid": fid, "is": score, "is_std": spread, **feature_scores(self.real, features, self.options)}
+        real = self.real
+        fid = fid_of(real, features)
+
+        def rest() -> dict[str, float]:
+            score, spread = inception_score(logits, self.options.splits)
+            return {"fid": fid, "is": score, "is_std": spread, **feature_scores(real, features, self.options)}
+
+        return LazyMetrics({"fid": fid}, rest)
 
 
 @hookimpl

@@ -39,6 +39,8 @@ from evogan.recipe import ComponentRef, component_field
 if TYPE_CHECKING:
     import torch
     from torch import nn
+
+    from evogan.scores import LazyMetrics
 else:  # imported on first use: `evogan validate` and `components` read options without them
     torch = lazy("torch", globals())
     nn = lazy("torch.nn", globals())
@@ -620,8 +622,7 @@ class GanProblem(AdversarialProblem[GanOptions]):
     def evaluate(
         self, generators: Sequence[nn.Module], weights: Sequence[float], *, generator: torch.Generator
     ) -> dict[str, float]:
-        samples = self.mixture_samples(generators, weights, self.options.score_samples, generator=generator)
-        return self.metric.score(samples)
+        return self.evaluate_lazily(generators, weights, stream="validation", generator=generator).complete()
 
     def evaluate_on(
         self,
@@ -633,10 +634,23 @@ class GanProblem(AdversarialProblem[GanOptions]):
     ) -> dict[str, float]:
         """Validation: :meth:`evaluate` (``score_samples``, the validation reference); test:
         ``test_samples`` against the test reference (see ``test_reference``)."""
+        return self.evaluate_lazily(generators, weights, stream=stream, generator=generator).complete()
+
+    def evaluate_lazily(
+        self,
+        generators: Sequence[nn.Module],
+        weights: Sequence[float],
+        *,
+        stream: ScoreStream,
+        generator: torch.Generator,
+    ) -> LazyMetrics:
+        """:meth:`evaluate_on`'s samples scored by :meth:`Metric.score_lazily`: the metric's primary (the
+        objective) at once, the others from the kept features when first read."""
         if stream == "validation":
-            return self.evaluate(generators, weights, generator=generator)
-        n = self.options.test_samples or self.options.score_samples
-        return self.test_metric.score(self.mixture_samples(generators, weights, n, generator=generator))
+            metric, n = self.metric, self.options.score_samples
+        else:
+            metric, n = self.test_metric, self.options.test_samples or self.options.score_samples
+        return metric.score_lazily(self.mixture_samples(generators, weights, n, generator=generator))
 
     def objective(self, metrics: Mapping[str, float]) -> float:
         value = float(metrics[self.metric.primary])
