@@ -469,11 +469,6 @@ class Problem(Component[OptionsT]):
         them under ``problem`` and ``evogan evaluate`` prints them. Nothing by default."""
         return {}
 
-    def network_budget(self, role: Role) -> dict[str, Any]:
-        """Deprecated (0.2.0): evogan never called it. Kept so 0.1 plugins calling it still work."""
-        deprecated.warn("evogan.api.Problem.network_budget")
-        return {}
-
 
 # --------------------------------------------------------------------------------------------- transport
 @dataclass

@@ -54,12 +54,6 @@ MOVED_TO_ADVERSARIAL = (
 DEPRECATIONS: tuple[Deprecation, ...] = (
     Deprecation("evogan.api.Options", "evogan.api.ComponentOptions", since="0.2.0", removal="0.3.0"),
     Deprecation(
-        "evogan.api.Problem.network_budget",
-        "evogan.api.Problem.describe (evogan never called network_budget)",
-        since="0.2.0",
-        removal="0.3.0",
-    ),
-    Deprecation(
         "evogan.api.ProblemContext.registries",
         "evogan.api.ProblemContext.build (a problem builds its nested components through it)",
         since="0.3.0",

@@ -259,9 +259,7 @@ def test_options_is_a_deprecated_alias_that_0_1_plugins_can_subclass() -> None:
         assert api.Options is ComponentOptions
     with pytest.raises(AttributeError, match="has no attribute 'Crossover'"):
         api.Crossover  # noqa: B018
-    budget = r"Problem\.network_budget is deprecated .*: use evogan\.api\.Problem\.describe"
-    with pytest.warns(DeprecationWarning, match=budget):
-        assert api.Problem.network_budget(None, "generator") == {}  # type: ignore[arg-type]
+    assert not hasattr(api.Problem, "network_budget")  # deprecated in 0.2.0, removed in 0.3.0
 
 
 def test_changelog_records_every_deprecation_and_the_version() -> None:
