@@ -55,6 +55,10 @@ class Component(abc.ABC, Generic[OptionsT]):
     def __init__(self, options: OptionsT) -> None:
         self.options: OptionsT = options
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        deprecated.rename_keywords(cls)  # random-stream keywords named ``generator`` until 0.3.0
+
 
 # --------------------------------------------------------------------------------------------- topology
 class Topology(Component[OptionsT]):
