@@ -386,7 +386,7 @@ def adapt_problem(component: type, kind: str) -> type:
         return component
     warnings.warn(
         f"{component.__module__}.{component.__qualname__} implements the GAN methods on evogan.api.Problem "
-        "(evogan 0.2); subclass evogan.adversarial.AdversarialProblem instead before 0.3.0",
+        "(evogan 0.2); subclass evogan.adversarial.AdversarialProblem instead before 0.4.0",
         DeprecationWarning,
         stacklevel=3,
     )
