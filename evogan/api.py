@@ -56,6 +56,10 @@ class Component(abc.ABC, Generic[OptionsT]):
     def __init__(self, options: OptionsT) -> None:
         self.options: OptionsT = options
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        deprecated.rename_keywords(cls)  # random-stream keywords named ``generator`` until 0.3.0
+
 
 # --------------------------------------------------------------------------------------------- topology
 class Topology(Component[OptionsT]):
@@ -482,11 +486,6 @@ class Problem(Component[OptionsT]):
     def describe(self) -> dict[str, Any]:
         """Facts about the problem as set up (data, sizes, networks), JSON-ready: ``summary.json`` holds
         them under ``problem`` and ``evogan evaluate`` prints them. Nothing by default."""
-        return {}
-
-    def network_budget(self, role: Role) -> dict[str, Any]:
-        """Deprecated (0.2.0): evogan never called it. Kept so 0.1 plugins calling it still work."""
-        deprecated.warn("evogan.api.Problem.network_budget")
         return {}
 
 

@@ -36,6 +36,14 @@ class Deprecation:
         )
 
 
+# Methods (contract class -> names) whose torch random stream was the keyword ``generator`` until 0.3.0 and is
+# ``stream``: either keyword works until 0.4.0, in both directions (:func:`rename_keywords`).
+RENAMED_KEYWORDS: dict[str, tuple[str, ...]] = {
+    "evogan.adversarial.AdversarialProblem": ("training_batches", "generator_step", "discriminator_step"),
+    "evogan.adversarial.contracts.SparsityController": ("prepare",),
+    "evogan.adversarial.contracts.Loss": ("generator_loss",),
+    "evogan.adversarial.contracts.Augment": ("__call__",),
+}
 # names of evogan.api that moved to evogan.adversarial.contracts (0.3.0)
 MOVED_TO_ADVERSARIAL = (
     "Mutation",
@@ -53,12 +61,6 @@ MOVED_TO_ADVERSARIAL = (
 )
 DEPRECATIONS: tuple[Deprecation, ...] = (
     Deprecation("evogan.api.Options", "evogan.api.ComponentOptions", since="0.2.0", removal="0.3.0"),
-    Deprecation(
-        "evogan.api.Problem.network_budget",
-        "evogan.api.Problem.describe (evogan never called network_budget)",
-        since="0.2.0",
-        removal="0.3.0",
-    ),
     Deprecation(
         "evogan.api.ProblemContext.registries",
         "evogan.api.ProblemContext.build (a problem builds its nested components through it)",
@@ -104,6 +106,11 @@ DEPRECATIONS: tuple[Deprecation, ...] = (
         'evogan.individual.Individual.extra.get("average") (evogan.individual.AVERAGE)',
         since="0.3.0",
         removal="0.4.0",
+    ),
+    # random streams are called streams: ``generator`` names a GAN's network (issue 38)
+    *(
+        Deprecation(f"{method}(generator=)", f"{method}(stream=)", since="0.3.0", removal="0.4.0")
+        for method in (f"{contract}.{name}" for contract, names in RENAMED_KEYWORDS.items() for name in names)
     ),
 )
 # Recipe keys: the options model maps them to the new ones and warns (FutureWarning: shown to users).
@@ -179,7 +186,7 @@ NEW_KEYWORDS: dict[str, dict[str, tuple[str, ...]]] = {
         "fitness_batch": ("cell",),
         "train_discriminator_at": ("cell", "generation"),
     },
-    "loss": {"generator_loss": ("generator",)},
+    "loss": {"generator_loss": ("stream",)},  # named generator until 0.3.0
     "transport": {"gather": ("substep",)},
 }
 # a keyword dropped only while it has this value: any other asks for what a 0.1 method cannot do
@@ -227,13 +234,63 @@ def _dropping(function: Callable[..., Any], missing: tuple[str, ...], name: str)
     return adapted
 
 
+def rename_keywords(cls: type) -> None:
+    """Let each method of :data:`RENAMED_KEYWORDS` that ``cls`` has (its own or inherited) take either keyword;
+    called for every component class when it is defined. A method naming ``stream`` warns when a caller
+    passes ``generator=`` (a plugin written for 0.2 calling it); one naming ``generator`` (a plugin's
+    implementation written for 0.2) is called so when the engine passes ``stream=``, and its class warns
+    once, now."""
+    for base in cls.__mro__:
+        contract = f"{base.__module__}.{base.__qualname__}"
+        for method in RENAMED_KEYWORDS.get(contract, ()):
+            function = getattr(cls, method, None)
+            if function is None or hasattr(function, "__evogan_renamed__"):
+                continue
+            parameters = inspect.signature(function).parameters
+            if "stream" in parameters and "generator" not in parameters:
+                setattr(cls, method, _renaming(function, "generator", "stream", f"{contract}.{method}(generator=)"))
+            elif "generator" in parameters and "stream" not in parameters:
+                setattr(cls, method, _renaming(function, "stream", "generator", None))
+                warnings.warn(
+                    f"{cls.__module__}.{cls.__qualname__}.{method} names its random stream 'generator': evogan "
+                    "passes it as 'stream' since 0.3.0 and renames it for this method; rename the parameter "
+                    "before 0.4.0",
+                    DeprecationWarning,
+                    stacklevel=4,  # the class statement (through __init_subclass__ and ABCMeta.__new__)
+                )
+
+
+def _renaming(function: Callable[..., Any], old: str, new: str, deprecation: str | None) -> Callable[..., Any]:
+    """``function`` taking keyword ``old`` as ``new``; a call passing ``old`` warns with ``deprecation``."""
+
+    @functools.wraps(function)
+    def renamed(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if old in kwargs:
+            if new in kwargs:
+                raise TypeError(f"{function.__qualname__}() got both {old!r} and {new!r}")
+            if deprecation is not None:
+                warn(deprecation)
+            kwargs[new] = kwargs.pop(old)
+        return function(self, *args, **kwargs)
+
+    # its signature names the keyword the engine passes, so adapt_signatures sees it accepted
+    signature = inspect.signature(function)
+    renamed.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[p.replace(name="stream") if p.name == "generator" else p for p in signature.parameters.values()]
+    )
+    renamed.__evogan_renamed__ = True  # type: ignore[attr-defined]
+    return renamed
+
+
 __all__ = [
     "DEPRECATIONS",
     "NEW_KEYWORDS",
     "RECIPE_KEYS",
+    "RENAMED_KEYWORDS",
     "SUMMARY_KEYS",
     "Deprecation",
     "adapt_signatures",
     "module_getattr",
+    "rename_keywords",
     "warn",
 ]

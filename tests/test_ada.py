@@ -65,16 +65,16 @@ def test_p_decides_which_samples_are_augmented_and_draws_the_same_at_any_p() -> 
     for p in (0.0, 0.5, 1.0):
         state["aug_p"].fill_(p)
         stream = torch.Generator().manual_seed(1)
-        out = augment(x, generator=stream, state=state)
+        out = augment(x, stream=stream, state=state)
         untouched.append(sum(torch.equal(a, b) for a, b in zip(x, out, strict=True)))
         assert torch.equal(stream.get_state(), _after(augment, x))  # as many draws whatever p is
     assert untouched[0] == 64 and 10 < untouched[1] < 54 and untouched[2] == 0
-    assert torch.equal(augment(x, generator=torch.Generator().manual_seed(1)), x)  # no state yet: p = 0
+    assert torch.equal(augment(x, stream=torch.Generator().manual_seed(1)), x)  # no state yet: p = 0
 
 
 def _after(augment: Ada, x: torch.Tensor) -> torch.Tensor:
     stream = torch.Generator().manual_seed(1)
-    augment(x, generator=stream)
+    augment(x, stream=stream)
     return stream.get_state()
 
 
@@ -137,19 +137,19 @@ def test_the_generator_step_augments_fakes_with_each_defenders_state(tiny_recipe
     sender, _ = two_cells(tiny_recipe(), *ADA)
     problem = sender.problem
     g, d = sender.best("generator"), sender.best("discriminator")
-    real = next(problem.training_batches(generator=torch.Generator().manual_seed(0)))
+    real = next(problem.training_batches(stream=torch.Generator().manual_seed(0)))
     seen: list[Any] = []
     original = Ada.__call__
 
-    def spy(self: Ada, images: torch.Tensor, *, generator: torch.Generator, state: Any = None) -> torch.Tensor:
+    def spy(self: Ada, images: torch.Tensor, *, stream: torch.Generator, state: Any = None) -> torch.Tensor:
         seen.append(state)
-        return original(self, images, generator=generator, state=state)
+        return original(self, images, stream=stream, state=state)
 
     monkeypatch.setattr(Ada, "__call__", spy)
-    problem.generator_step(g, d.network, real, generator=torch.Generator().manual_seed(1), defenders=[d])
+    problem.generator_step(g, d.network, real, stream=torch.Generator().manual_seed(1), defenders=[d])
     pairs = [(d.network, 0.5), (d.network, 0.5)]
-    problem.generator_step(g, pairs, real, generator=torch.Generator().manual_seed(1), defenders=[d, d])
-    problem.generator_step(g, d.network, real, generator=torch.Generator().manual_seed(1))
+    problem.generator_step(g, pairs, real, stream=torch.Generator().manual_seed(1), defenders=[d, d])
+    problem.generator_step(g, d.network, real, stream=torch.Generator().manual_seed(1))
     assert seen == [d.extra, d.extra, d.extra, None]  # once per defender, with its state (none given: p = 0)
 
 

@@ -51,8 +51,8 @@ def adapt(cls: type = builtin.AdaptRelax, **options: Any) -> tuple[Any, FakeIndi
     base = dict(density_g=0.3, density_d=0.3, br_freq=1, da_iters=4, d_interval=4, g_interval=1000)
     ctrl = make(cls, **{**base, **options})
     g, d = pair()
-    ctrl.prepare(g, generator=rng(0))
-    ctrl.prepare(d, generator=rng(1))
+    ctrl.prepare(g, stream=rng(0))
+    ctrl.prepare(d, stream=rng(1))
     return ctrl, g, d
 
 
@@ -271,8 +271,8 @@ def test_2x2_grid_local_windows_fill_and_decide_on_schedule(
 def test_sema_is_masked_on_a_g_mask_change() -> None:
     ctrl = make(builtin.RigL, density_g=0.3, density_d=0.3, g_interval=3, total_steps=12, sema=0.9)
     g, d = pair()
-    ctrl.prepare(g, generator=rng(0))
-    ctrl.prepare(d, generator=rng(1))
+    ctrl.prepare(g, stream=rng(0))
+    ctrl.prepare(d, stream=rng(1))
     expected = {n: p.detach().clone() for n, p in g.network.named_parameters()}
     original = ctrl.after_generator_step
 
@@ -300,7 +300,7 @@ def test_sema_is_masked_on_a_g_mask_change() -> None:
     assert ctrl.evaluation_network(d) is d.network
     plain = make(builtin.RigL)
     g2, _ = pair()
-    plain.prepare(g2, generator=rng(0))
+    plain.prepare(g2, stream=rng(0))
     assert "sema" not in g2.sparse and plain.evaluation_network(g2) is g2.network
 
 

@@ -37,7 +37,7 @@ def shifted(x: torch.Tensor, dy: int, dx: int) -> torch.Tensor:
 
 def test_translation_moves_each_sample_by_at_most_an_eighth_of_its_side() -> None:
     x = batch()
-    out = augment("translation")(x, generator=torch.Generator().manual_seed(1))
+    out = augment("translation")(x, stream=torch.Generator().manual_seed(1))
     moves = set()
     for before, after in zip(x, out, strict=True):
         found = [(dy, dx) for dy in range(-1, 2) for dx in range(-1, 2) if torch.equal(after, shifted(before, dy, dx))]
@@ -48,7 +48,7 @@ def test_translation_moves_each_sample_by_at_most_an_eighth_of_its_side() -> Non
 
 def test_cutout_zeroes_one_square_of_half_the_side_per_sample() -> None:
     x = batch() + 3  # no pixel is 0 before the cutout
-    out = augment("cutout")(x, generator=torch.Generator().manual_seed(2))
+    out = augment("cutout")(x, stream=torch.Generator().manual_seed(2))
     for before, after in zip(x, out, strict=True):
         zero = after[0] == 0
         rows, cols = zero.any(dim=1).nonzero().flatten(), zero.any(dim=0).nonzero().flatten()
@@ -59,7 +59,7 @@ def test_cutout_zeroes_one_square_of_half_the_side_per_sample() -> None:
 
 def test_color_is_an_affine_change_of_each_sample_and_gradients_flow() -> None:
     x = batch().requires_grad_(True)
-    out = augment("color")(x, generator=torch.Generator().manual_seed(3))
+    out = augment("color")(x, stream=torch.Generator().manual_seed(3))
     for before, after in zip(x.detach(), out.detach(), strict=True):
         a, b = before.flatten() - before.mean(), after.flatten() - after.mean()
         assert torch.allclose(b, a * (b @ a / (a @ a)), atol=1e-5)  # contrast: a scaled copy about the mean
@@ -69,15 +69,15 @@ def test_color_is_an_affine_change_of_each_sample_and_gradients_flow() -> None:
 
 def test_the_stream_decides_and_probability_spares_some_samples() -> None:
     x, full = batch(64), augment("color", "translation", "cutout")
-    first = full(x, generator=torch.Generator().manual_seed(4))
-    assert torch.equal(first, full(x, generator=torch.Generator().manual_seed(4)))
-    assert not torch.equal(first, full(x, generator=torch.Generator().manual_seed(5)))
-    some = augment("cutout", probability=0.5)(x, generator=torch.Generator().manual_seed(6))
+    first = full(x, stream=torch.Generator().manual_seed(4))
+    assert torch.equal(first, full(x, stream=torch.Generator().manual_seed(4)))
+    assert not torch.equal(first, full(x, stream=torch.Generator().manual_seed(5)))
+    some = augment("cutout", probability=0.5)(x, stream=torch.Generator().manual_seed(6))
     untouched = sum(torch.equal(a, b) for a, b in zip(x, some, strict=True))
     assert 10 < untouched < 54
     stream = torch.Generator().manual_seed(7)
     state = stream.get_state()
-    assert NoAugment(NoAugment.Options())(x, generator=stream) is x and torch.equal(stream.get_state(), state)
+    assert NoAugment(NoAugment.Options())(x, stream=stream) is x and torch.equal(stream.get_state(), state)
 
 
 def test_a_run_with_diffaugment_is_reproducible_and_trains_differently(tiny_recipe) -> None:

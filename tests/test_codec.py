@@ -244,7 +244,7 @@ def _individuals(controller: Any) -> dict[str, Individual]:
         optimizer = torch.optim.Adam(network.parameters(), lr=1e-3)
         made[role] = Individual(role, network, optimizer, {"lr": 1e-3}, 0, f"0/{role[0].upper()}")
         if controller is not None:
-            controller.prepare(made[role], generator=torch.Generator().manual_seed(1))
+            controller.prepare(made[role], stream=torch.Generator().manual_seed(1))
     made["generator"].extra[AVERAGE] = {n: p.detach() + 1 for n, p in made["generator"].network.named_parameters()}
     return made
 
@@ -282,7 +282,7 @@ class _Noting(SparsityController[ComponentOptions]):
 
     name = "noting"
 
-    def prepare(self, individual: Individual, *, generator: torch.Generator) -> None:
+    def prepare(self, individual: Individual, *, stream: torch.Generator) -> None:
         individual.extra[SPARSE] = {"note": 1, "private": 2}
 
     def wire_state(self, state: Mapping[str, Any]) -> dict[str, Any]:

@@ -58,7 +58,7 @@ def test_each_cell_gets_its_own_share_from_the_seed_and_the_cell_alone(tiny_reci
     worker = problem_of(path, DIET, "run.workers=2", "run.generations=9")  # a worker asked for cell 3 only
     assert torch.equal(rows(worker, 3), shares[3])
     assert not torch.equal(rows(problem_of(path, DIET, "run.seed=4"), 3), shares[3])
-    batches = list(everyone.training_batches(generator=torch.Generator().manual_seed(0), cell=2))
+    batches = list(everyone.training_batches(stream=torch.Generator().manual_seed(0), cell=2))
     data = everyone.source
     assert isinstance(data, TensorSource)
     allowed = {tuple(row.tolist()) for row in data.samples[shares[2]]}

@@ -51,8 +51,8 @@ def pair(problem: GanProblem, seed: int = 0, steps: int = 10) -> tuple[Individua
     g, d = made
     for _ in range(steps):
         real, z = problem.source.sample(32, generator=draw), problem.noise(32, draw)
-        problem._generator_update(g, [(d.network, 1.0)], [None], z, loss("bce"), single=True, generator=draw)
-        problem.discriminator_step(d, g.network, real, generator=draw)
+        problem._generator_update(g, [(d.network, 1.0)], [None], z, loss("bce"), single=True, stream=draw)
+        problem.discriminator_step(d, g.network, real, stream=draw)
     return g, d
 
 
@@ -97,7 +97,7 @@ def test_the_fittest_child_replaces_the_parent_with_its_optimizer_state(
     assert top - second > 1e-5  # clear of rounding: the argmax is one child (minimax at gamma 0, mse at 0.5)
     winner = max(scores, key=lambda name: scores[name])
 
-    problem.generator_step(g, d.network, real, generator=torch.Generator().manual_seed(2))
+    problem.generator_step(g, d.network, real, stream=torch.Generator().manual_seed(2))
 
     expected = children[winner]
     for got, want in zip(g.network.parameters(), expected.network.parameters(), strict=True):
@@ -117,8 +117,8 @@ def test_one_loss_is_the_plain_step_with_that_loss(tiny_recipe) -> None:
     real = egan.source.sample(32, generator=torch.Generator().manual_seed(1))
     s1, s2 = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
     for _ in range(2):  # the second from the first's Adam state
-        egan.generator_step(g1, d1.network, real, generator=s1)
-        plain.generator_step(g2, d2.network, real, generator=s2)
+        egan.generator_step(g1, d1.network, real, stream=s1)
+        plain.generator_step(g2, d2.network, real, stream=s2)
     for a, b in zip(g1.network.parameters(), g2.network.parameters(), strict=True):
         assert torch.equal(a, b)
     assert torch.equal(s1.get_state(), s2.get_state())  # nothing more drawn
@@ -133,7 +133,7 @@ def test_several_defenders_are_weighted(tiny_recipe) -> None:
     parameters = [p for net in (d.network, other.network) for p in net.parameters()]
     before = [(p.detach().clone(), p.grad.clone()) for p in parameters]  # their last D step's gradients
     real = problem.source.sample(32, generator=torch.Generator().manual_seed(1))
-    problem.generator_step(g, [(d.network, 0.25), (other.network, 0.75)], real, generator=torch.Generator())
+    problem.generator_step(g, [(d.network, 0.25), (other.network, 0.75)], real, stream=torch.Generator())
     for p, (value, grad) in zip(parameters, before, strict=True):
         assert torch.equal(p, value) and p.grad is not None and torch.equal(p.grad, grad) and p.requires_grad
     assert int(g.extra[WINS].sum()) == 1

@@ -112,14 +112,14 @@ class Spy:
         problem = cell.problem
         g_step, d_step = problem.generator_step, problem.discriminator_step
 
-        def generator_step(attacker, defender, real, *, generator):  # type: ignore[no-untyped-def]
+        def generator_step(attacker, defender, real, *, stream):  # type: ignore[no-untyped-def]
             pairs = [(defender, 1.0)] if isinstance(defender, torch.nn.Module) else list(defender)
             self.generator_steps.append([(self.whose(net, "discriminator"), w) for net, w in pairs])
-            return g_step(attacker, defender, real, generator=generator)
+            return g_step(attacker, defender, real, stream=stream)
 
-        def discriminator_step(attacker, defender, real, *, generator):  # type: ignore[no-untyped-def]
+        def discriminator_step(attacker, defender, real, *, stream):  # type: ignore[no-untyped-def]
             self.discriminator_steps.append(self.whose(defender, "generator"))
-            return d_step(attacker, defender, real, generator=generator)
+            return d_step(attacker, defender, real, stream=stream)
 
         problem.generator_step = generator_step  # type: ignore[method-assign]
         problem.discriminator_step = discriminator_step  # type: ignore[method-assign]
@@ -226,9 +226,9 @@ def test_a_weighted_step_against_one_discriminator_equals_the_plain_step(tiny_re
     real = settings.problem.fitness_batch(generator=torch.Generator().manual_seed(1))
     calls = Counter()
     handle = second.register_forward_hook(lambda *_: calls.update(["second"]))
-    settings.problem.generator_step(plain, first, real, generator=torch.Generator().manual_seed(2))
+    settings.problem.generator_step(plain, first, real, stream=torch.Generator().manual_seed(2))
     settings.problem.generator_step(
-        listed, [(first, 1.0), (second, 0.0)], real, generator=torch.Generator().manual_seed(2)
+        listed, [(first, 1.0), (second, 0.0)], real, stream=torch.Generator().manual_seed(2)
     )
     handle.remove()
     assert calls["second"] == 1  # one D forward per defender
@@ -265,13 +265,13 @@ def test_adapt_faced_trains_each_faced_neighbour_copy_against_that_generator_fir
     steps: list[tuple[str, int]] = []
     original_d, original_g = GanProblem.discriminator_step, GanProblem.generator_step
 
-    def d_step(self, attacker, defender, real, *, generator):  # type: ignore[no-untyped-def]
+    def d_step(self, attacker, defender, real, *, stream):  # type: ignore[no-untyped-def]
         steps.append(("D", id(attacker.network)))
-        return original_d(self, attacker, defender, real, generator=generator)
+        return original_d(self, attacker, defender, real, stream=stream)
 
-    def g_step(self, attacker, defence, real, *, generator, **extra):  # type: ignore[no-untyped-def]
+    def g_step(self, attacker, defence, real, *, stream, **extra):  # type: ignore[no-untyped-def]
         steps.append(("G", id(defence)))
-        return original_g(self, attacker, defence, real, generator=generator, **extra)
+        return original_g(self, attacker, defence, real, stream=stream, **extra)
 
     monkeypatch.setattr(GanProblem, "discriminator_step", d_step)
     monkeypatch.setattr(GanProblem, "generator_step", g_step)

@@ -259,9 +259,7 @@ def test_options_is_a_deprecated_alias_that_0_1_plugins_can_subclass() -> None:
         assert api.Options is ComponentOptions
     with pytest.raises(AttributeError, match="has no attribute 'Crossover'"):
         api.Crossover  # noqa: B018
-    budget = r"Problem\.network_budget is deprecated .*: use evogan\.api\.Problem\.describe"
-    with pytest.warns(DeprecationWarning, match=budget):
-        assert api.Problem.network_budget(None, "generator") == {}  # type: ignore[arg-type]
+    assert not hasattr(api.Problem, "network_budget")  # deprecated in 0.2.0, removed in 0.3.0
 
 
 def test_changelog_records_every_deprecation_and_the_version() -> None:
@@ -576,7 +574,7 @@ class RegistersLossFor01:
         register(LossFor01)
 
 
-ADAPTED = r"LossFor01\.generator_loss does not accept generator \(passed since evogan 0\.2\.0\)"
+ADAPTED = r"LossFor01\.generator_loss does not accept stream \(passed since evogan 0\.2\.0\)"
 
 
 def test_a_0_1_loss_without_the_new_keyword_is_adapted_with_a_warning_and_trains(tiny_recipe) -> None:
@@ -587,6 +585,78 @@ def test_a_0_1_loss_without_the_new_keyword_is_adapted_with_a_warning_and_trains
     with pytest.warns(DeprecationWarning, match=ADAPTED):  # every registration says so
         run_tiny(tiny_recipe(generations=1), RegistersLossFor01(), overrides=['problem.loss={use="loss_for_0_1"}'])
     assert LossFor01.calls > 0, "the recipe's loss is the 0.1 plugin's, called with the keyword dropped"
+
+
+# ------------------------------------- the random stream's keyword, ``generator`` until 0.3.0, is ``stream``
+RENAMES = r"LossFor02\.generator_loss names its random stream 'generator': evogan passes it as 'stream'"
+
+
+def loss_for_0_2() -> type:
+    """BCE as a 0.2 plugin wrote it, naming the stream ``generator``: its class warns when it is defined."""
+    import torch.nn.functional as F
+
+    class LossFor02(evogan.adversarial.contracts.Loss[evogan.api.ComponentOptions]):
+        name = "loss_for_0_2"
+        streams: list[Any] = []
+
+        def generator_loss(self, fake_logits: Any, *, generator: Any = None) -> Any:
+            LossFor02.streams.append(generator)
+            return F.binary_cross_entropy_with_logits(fake_logits, fake_logits.new_ones(fake_logits.shape))
+
+        def discriminator_loss(self, real_logits: Any, fake_logits: Any) -> Any:
+            real = F.binary_cross_entropy_with_logits(real_logits, real_logits.new_ones(real_logits.shape))
+            return real + F.binary_cross_entropy_with_logits(fake_logits, fake_logits.new_zeros(fake_logits.shape))
+
+    return LossFor02
+
+
+def test_a_0_2_loss_naming_the_stream_generator_warns_once_and_trains_with_the_cells_stream(tiny_recipe) -> None:
+    with pytest.warns(DeprecationWarning, match=RENAMES) as caught:
+        loss = loss_for_0_2()
+    assert len(caught) == 1
+
+    class Registers:
+        @hookimpl
+        def evogan_register_losses(self, register: Any) -> None:
+            register(loss)
+
+    run_tiny(tiny_recipe(generations=1), Registers(), overrides=['problem.loss={use="loss_for_0_2"}'])
+    import torch
+
+    # the engine passed stream=, which reached the old parameter: training steps draw from a stream,
+    # fitness evaluation passes none
+    assert any(isinstance(s, torch.Generator) for s in loss.streams)
+    assert loss(evogan.api.ComponentOptions()).generator_loss(torch.zeros(2), stream=torch.Generator()) is not None
+
+
+def test_a_caller_passing_generator_to_a_renamed_method_warns_and_gets_the_same_result() -> None:
+    import torch
+
+    from evogan.builtin.gan.augment import DiffAugment
+
+    augment = DiffAugment(DiffAugment.Options())
+    images = torch.rand(4, 1, 8, 8, generator=torch.Generator().manual_seed(0)) * 2 - 1
+    expected = augment(images, stream=torch.Generator().manual_seed(1))
+    renamed = r"Augment\.__call__\(generator=\) is deprecated .*: use .*Augment\.__call__\(stream=\)"
+    with pytest.warns(DeprecationWarning, match=renamed):
+        old = augment(images, generator=torch.Generator().manual_seed(1))
+    assert torch.equal(old, expected)
+    with pytest.raises(TypeError, match="both 'generator' and 'stream'"):
+        augment(images, generator=torch.Generator(), stream=torch.Generator())
+
+
+def test_every_renamed_keyword_is_a_listed_deprecation_and_the_contracts_name_stream() -> None:
+    import inspect
+
+    from evogan.deprecated import RENAMED_KEYWORDS
+
+    listed = {d.old for d in DEPRECATIONS}
+    for contract, methods in RENAMED_KEYWORDS.items():
+        module, _, name = contract.rpartition(".")
+        cls = getattr(importlib.import_module(module), name)
+        for method in methods:
+            assert f"{contract}.{method}(generator=)" in listed
+            assert "stream" in inspect.signature(getattr(cls, method)).parameters, f"{contract}.{method}"
 
 
 def test_an_adapted_method_refuses_what_0_1_could_not_do() -> None:

@@ -116,8 +116,8 @@ def test_bf16_forwards_leave_weights_state_losses_and_metrics_in_fp32(tiny_recip
     seen: list[torch.dtype] = []
     hook = d.network.register_forward_hook(lambda _m, _i, out: seen.append(out.dtype))
     real = problem.fitness_batch(generator=torch.Generator().manual_seed(1))
-    info = problem.generator_step(g, d.network, real, generator=torch.Generator().manual_seed(2))
-    problem.discriminator_step(d, g.network, real, generator=torch.Generator().manual_seed(3))
+    info = problem.generator_step(g, d.network, real, stream=torch.Generator().manual_seed(2))
+    problem.discriminator_step(d, g.network, real, stream=torch.Generator().manual_seed(3))
     hook.remove()
     assert seen and set(seen) == {torch.bfloat16}  # the products ran in bf16
     assert info.fake_logits_pre.dtype == torch.float32
@@ -194,8 +194,8 @@ def test_fp16_scales_the_loss_and_keeps_the_scale_with_the_optimizer(tiny_recipe
     g, d = cell.population("generator")[0], cell.population("discriminator")[0]
     real = problem.fitness_batch(generator=torch.Generator().manual_seed(1))
     before = [p.detach().clone() for p in g.network.parameters()]
-    problem.generator_step(g, d.network, real, generator=torch.Generator().manual_seed(2))
-    problem.discriminator_step(d, g.network, real, generator=torch.Generator().manual_seed(3))
+    problem.generator_step(g, d.network, real, stream=torch.Generator().manual_seed(2))
+    problem.discriminator_step(d, g.network, real, stream=torch.Generator().manual_seed(3))
     assert any(not torch.equal(a, b) for a, b in zip(before, g.network.parameters(), strict=True))
     for individual in (g, d):
         scaler = individual.trainer.param_groups[0][SCALER_KEY]

@@ -92,7 +92,7 @@ class _Ind:
 def test_masks_apply_to_the_original_weight_under_spectral_norm() -> None:
     controller = builtin.Static(builtin.Static.Options(density_g=0.3, density_d=0.3))
     d = _Ind("discriminator", build("discriminator", ndf=8))
-    controller.prepare(d, generator=torch.Generator().manual_seed(0))  # type: ignore[arg-type]
+    controller.prepare(d, stream=torch.Generator().manual_seed(0))  # type: ignore[arg-type]
     names = set(d.extra["sparse"]["masks"])
     assert names == {f"{i}.parametrizations.weight.original" for i in (0, 2, 4, 6, 8, 10, 12)} | {
         "15.parametrizations.weight.original"
@@ -122,8 +122,8 @@ def test_adapt_grows_a_spectral_norm_discriminator_by_gradient() -> None:
     )
     g = _Ind("generator", build("generator", ngf=8))
     d = _Ind("discriminator", build("discriminator", ndf=8))
-    controller.prepare(g, generator=torch.Generator().manual_seed(0))  # type: ignore[arg-type]
-    controller.prepare(d, generator=torch.Generator().manual_seed(1))  # type: ignore[arg-type]
+    controller.prepare(g, stream=torch.Generator().manual_seed(0))  # type: ignore[arg-type]
+    controller.prepare(d, stream=torch.Generator().manual_seed(1))  # type: ignore[arg-type]
     d.extra["sparse"]["balance"]["window"] = [[0.9, 0.0, 1.0]] * 2  # BR 0.9: D too weak
     d.extra["sparse"]["balance"]["pending"] = True
     d.optimizer.zero_grad()

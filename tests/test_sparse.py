@@ -214,8 +214,8 @@ def test_cosine_drop_fraction() -> None:
 def test_pruned_weights_and_adam_moments_stay_zero() -> None:
     controller = make(builtin.Static, density_g=0.2, density_d=0.2)
     g, d = pair()
-    controller.prepare(g, generator=rng(0))
-    controller.prepare(d, generator=rng(1))
+    controller.prepare(g, stream=rng(0))
+    controller.prepare(d, stream=rng(1))
     train(controller, g, d, steps=30)
     for ind in (g, d):
         params = dict(ind.network.named_parameters())
@@ -250,7 +250,7 @@ def test_fan_in_init_rescales_each_unit_by_its_active_share() -> None:
 def test_controller_init_option_chooses_the_initial_scale(init: str, scaled: bool) -> None:
     g, _ = pair()
     before = dict((n, p.detach().clone()) for n, p in g.network.named_parameters())
-    make(builtin.Static, density_g=0.25, init=init).prepare(g, generator=rng(0))
+    make(builtin.Static, density_g=0.25, init=init).prepare(g, stream=rng(0))
     for name, mask in g.sparse["masks"].items():
         weight = dict(g.network.named_parameters())[name]
         active = mask.sum(dim=1, keepdim=True).clamp(min=1)
@@ -270,8 +270,8 @@ def test_masked_spectral_norm_critic_forwards_as_its_masked_weights_after_traini
     g = individual("generator", networks.build("generator", (1, 28, 28), generator=rng(0)))
     d = individual("discriminator", networks.build("discriminator", (1, 28, 28), generator=rng(1)))
     controller = make(builtin.Static, density_g=0.3, density_d=0.3)
-    controller.prepare(g, generator=rng(2))
-    controller.prepare(d, generator=rng(3))
+    controller.prepare(g, stream=rng(2))
+    controller.prepare(d, stream=rng(3))
     gen = rng(4)
     for _ in range(5):
         real = torch.rand(8, 1, 28, 28, generator=gen) * 2 - 1
@@ -347,8 +347,8 @@ def test_apply_masks_follows_replaced_and_edited_masks() -> None:
 def test_dynamic_generator_mask_changes_at_the_interval(cls: type) -> None:
     controller = make(cls, density_g=0.3, g_interval=5, total_steps=20)
     g, d = pair()
-    controller.prepare(g, generator=rng(0))
-    controller.prepare(d, generator=rng(1))
+    controller.prepare(g, stream=rng(0))
+    controller.prepare(d, stream=rng(1))
     g0 = {n: m.clone() for n, m in g.sparse["masks"].items()}
     d0 = {n: m.clone() for n, m in d.sparse["masks"].items()}
     active = masks.active_count(g0)
@@ -364,8 +364,8 @@ def test_adapt_with_a_static_generator_mask_never_changes_g() -> None:
     for g_mask, updates in (("static", 0), ("dynamic", 2)):
         controller = make(builtin.AdaptRelax, density_g=0.3, g_interval=5, total_steps=20, g_mask=g_mask)
         g, d = pair()
-        controller.prepare(g, generator=rng(0))
-        controller.prepare(d, generator=rng(1))
+        controller.prepare(g, stream=rng(0))
+        controller.prepare(d, stream=rng(1))
         g0 = {n: m.clone() for n, m in g.sparse["masks"].items()}
         train(controller, g, d, steps=10)
         assert g.sparse["mask_updates"] == updates and g.sparse["steps"] == 10
@@ -412,8 +412,8 @@ def adapt_pair(cls: type, density_d: float, **options: Any) -> tuple[Any, FakeIn
     base = dict(density_g=0.3, density_d=density_d, br_freq=1, da_iters=4, d_interval=4, g_interval=1000)
     controller = make(cls, **{**base, **options})
     g, d = pair()
-    controller.prepare(g, generator=rng(0))
-    controller.prepare(d, generator=rng(1))
+    controller.prepare(g, stream=rng(0))
+    controller.prepare(d, stream=rng(1))
     return controller, g, d
 
 
@@ -532,8 +532,8 @@ def test_flops_fraction_equals_density_for_a_single_linear_layer() -> None:
     controller = make(builtin.Static, density_g=0.3, density_d=0.3, distribution="uniform")
     g = individual("generator", nn.Linear(10, 10, bias=False))
     d = individual("discriminator", nn.Sequential(nn.Linear(10, 10, bias=False), nn.Flatten(0)))
-    controller.prepare(g, generator=rng(0))
-    controller.prepare(d, generator=rng(1))
+    controller.prepare(g, stream=rng(0))
+    controller.prepare(d, stream=rng(1))
     problem = FakeProblem()
     for i in range(3):
         z = torch.randn(5, 10)
@@ -577,7 +577,7 @@ def test_controller_state_round_trips_through_save_and_deepcopy() -> None:
 def test_validate_sparse_state_rejects_masks_that_do_not_fit() -> None:
     controller = make(builtin.Static)
     g, _ = pair(hidden=32)
-    controller.prepare(g, generator=rng(0))
+    controller.prepare(g, stream=rng(0))
     validate_sparse_state(g, controller="static")
     with pytest.raises(UserError, match="recipe uses 'rigl'"):
         validate_sparse_state(g, controller="rigl")
@@ -667,7 +667,7 @@ def test_registration_names() -> None:
     )
     dense = builtin.Dense(builtin.Dense.Options())
     g, d = pair()
-    dense.prepare(g, generator=rng())
+    dense.prepare(g, stream=rng())
     assert g.sparse == {} and dense.metrics(g, d) == {}
 
 

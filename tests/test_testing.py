@@ -117,7 +117,7 @@ class InPlace(Mutation[ComponentOptions]):
 class Noisy(Loss[ComponentOptions]):
     name: ClassVar[str] = "noisy"
 
-    def generator_loss(self, fake_logits: torch.Tensor, *, generator: torch.Generator | None = None) -> torch.Tensor:
+    def generator_loss(self, fake_logits: torch.Tensor, *, stream: torch.Generator | None = None) -> torch.Tensor:
         return fake_logits.mean() + torch.rand(())  # torch's global generator
 
     def discriminator_loss(self, real_logits: torch.Tensor, fake_logits: torch.Tensor) -> torch.Tensor:

@@ -107,7 +107,7 @@ class AdversarialProblem(Problem[OptionsT]):
         raise NotImplementedError
 
     @abc.abstractmethod
-    def training_batches(self, *, generator: torch.Generator, cell: int = 0) -> Iterator[torch.Tensor]:
+    def training_batches(self, *, stream: torch.Generator, cell: int = 0) -> Iterator[torch.Tensor]:
         """One generation's real batches for ``cell`` (a problem may give each cell its own share of
         the data: Lipizzaner's data dieting)."""
         raise NotImplementedError
@@ -134,7 +134,7 @@ class AdversarialProblem(Problem[OptionsT]):
         defender: nn.Module | Sequence[tuple[nn.Module, float]],
         real: torch.Tensor,
         *,
-        generator: torch.Generator,
+        stream: torch.Generator,
     ) -> GeneratorStep:
         """One optimizer step of ``attacker`` against one discriminator, or against several: then the
         loss is the weighted sum over ``(network, weight)`` pairs on the same batch and noise, and
@@ -145,7 +145,7 @@ class AdversarialProblem(Problem[OptionsT]):
 
     @abc.abstractmethod
     def discriminator_step(
-        self, attacker: Individual, defender: nn.Module, real: torch.Tensor, *, generator: torch.Generator
+        self, attacker: Individual, defender: nn.Module, real: torch.Tensor, *, stream: torch.Generator
     ) -> None:
         raise NotImplementedError
 
@@ -226,14 +226,14 @@ class RowByRow(TrainingBackend):
             defence = chosen[0][0].network if len(chosen) == 1 else [(d.network, w) for d, w in chosen]
             # their own state (an augmentation probability), passed only where one has any
             extra = {"defenders": [d for d, _ in chosen]} if any(layout_extra(d) for d, _ in chosen) else {}
-            infos.append(self.problem.generator_step(g, defence, batch, generator=stream, **extra))
+            infos.append(self.problem.generator_step(g, defence, batch, stream=stream, **extra))
         return infos
 
     def discriminator_step(
         self, defenders: Sequence[Individual], real: Sequence[torch.Tensor], streams: Sequence[torch.Generator]
     ) -> None:
         for d, defender, batch, stream in zip(self.discriminators, defenders, real, streams, strict=True):
-            self.problem.discriminator_step(d, defender.network, batch, generator=stream)
+            self.problem.discriminator_step(d, defender.network, batch, stream=stream)
 
     def close(self) -> None:
         pass
@@ -269,7 +269,7 @@ def _train(
         )
     gens = [g for job in jobs for g in job.members["generator"]]
     discs = [d for job in jobs for d in job.members["discriminator"]]
-    batches = [problem.training_batches(generator=job.rnd.torch, cell=job.cell_index) for job in jobs]
+    batches = [problem.training_batches(stream=job.rnd.torch, cell=job.cell_index) for job in jobs]
     step = 0
     while True:
         reals = [next(it, None) for it in batches]
@@ -328,7 +328,7 @@ def _adapt_faced(
             chosen, batch, stream = next(rows)
             for d, _ in chosen:
                 if id(d) not in own:
-                    problem.discriminator_step(d, g.network, batch, generator=stream)
+                    problem.discriminator_step(d, g.network, batch, stream=stream)
 
 
 def _average(generator: Individual, decay: float) -> None:
@@ -386,7 +386,7 @@ def adapt_problem(component: type, kind: str) -> type:
         return component
     warnings.warn(
         f"{component.__module__}.{component.__qualname__} implements the GAN methods on evogan.api.Problem "
-        "(evogan 0.2); subclass evogan.adversarial.AdversarialProblem instead before 0.3.0",
+        "(evogan 0.2); subclass evogan.adversarial.AdversarialProblem instead before 0.4.0",
         DeprecationWarning,
         stacklevel=3,
     )

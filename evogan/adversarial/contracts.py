@@ -104,8 +104,9 @@ class SparsityController(Component[OptionsT]):
     cells trained as one batched computation (``run.vectorize``), where those tensors are views of the
     stack."""
 
-    def prepare(self, individual: Individual, *, generator: torch.Generator) -> None:
-        """A new individual was created: build its masks and state in ``individual.extra[SPARSE]``."""
+    def prepare(self, individual: Individual, *, stream: torch.Generator) -> None:
+        """A new individual was created: build its masks and state in ``individual.extra[SPARSE]``, drawing
+        from the random ``stream``."""
 
     def begin_generation(
         self,
@@ -279,9 +280,9 @@ class Loss(Component[OptionsT]):
 
     @abc.abstractmethod
     def generator_loss(
-        self, fake_logits: torch.Tensor, *, generator: torch.Generator | None = None
+        self, fake_logits: torch.Tensor, *, stream: torch.Generator | None = None
     ) -> torch.Tensor:
-        """``generator`` is the cell's random stream during training (None during fitness evaluation),
+        """``stream`` is the cell's random stream during training (None during fitness evaluation),
         for losses that draw at random (Mustangs)."""
         raise NotImplementedError
 
@@ -306,10 +307,11 @@ class Augment(Component[OptionsT]):
 
     @abc.abstractmethod
     def __call__(
-        self, images: torch.Tensor, *, generator: torch.Generator, state: Mapping[str, torch.Tensor] | None = None
+        self, images: torch.Tensor, *, stream: torch.Generator, state: Mapping[str, torch.Tensor] | None = None
     ) -> torch.Tensor:
-        """The batch ``images`` (N, C, H, W), each sample transformed on its own; ``state``: the
-        discriminator's (adaptive augmentations; None: one that has not trained yet, or not adaptive)."""
+        """The batch ``images`` (N, C, H, W), each sample transformed on its own, drawing from ``stream``;
+        ``state``: the discriminator's (adaptive augmentations; None: one that has not trained yet, or not
+        adaptive)."""
         raise NotImplementedError
 
     def start(self) -> dict[str, torch.Tensor]:

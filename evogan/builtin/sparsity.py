@@ -28,7 +28,7 @@ class Dense(SparsityController[ComponentOptions]):
     description: ClassVar[str] = "no sparsity (every weight trains)"
     stackable: ClassVar[bool] = True
 
-    def prepare(self, individual: Individual, *, generator: torch.Generator) -> None:
+    def prepare(self, individual: Individual, *, stream: torch.Generator) -> None:
         pass
 
     def after_discriminator_step(self, discriminator: Individual) -> None:

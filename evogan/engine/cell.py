@@ -37,7 +37,7 @@ class StateController(WireState, Protocol):
     controller, :class:`evogan.adversarial.contracts.SparsityController`): a protocol, so the engine imports
     no problem's contracts."""
 
-    def prepare(self, individual: Individual, *, generator: torch.Generator) -> None: ...
+    def prepare(self, individual: Individual, *, stream: torch.Generator) -> None: ...
 
     def evaluation_network(self, individual: Individual) -> torch.nn.Module: ...
 
@@ -157,7 +157,7 @@ class Cell:
             uid=f"{self.index}/{role[0].upper()}{number}",
         )
         if self.settings.sparsity is not None:
-            self.settings.sparsity.prepare(individual, generator=generator)
+            self.settings.sparsity.prepare(individual, stream=generator)
         return individual
 
     def initialise(self) -> None:

@@ -57,16 +57,16 @@ class MaskedController(SparsityController[StaticOptions]):
         return self.options
 
     # ------------------------------------------------------------------------------------------ lifecycle
-    def prepare(self, individual: Individual, *, generator: torch.Generator) -> None:
+    def prepare(self, individual: Individual, *, stream: torch.Generator) -> None:
         o = self.opts
         density = o.density_g if individual.role == "generator" else o.density_d
         params = _masks.maskable_parameters(individual.network, o.keep_dense)
         counts = _masks.layer_counts({n: p.shape for n, p in params.items()}, density, o.distribution)
-        masks = _masks.random_masks(params, counts, generator=generator)
+        masks = _masks.random_masks(params, counts, generator=stream)
         if o.init == "fan_in":
             _masks.scale_to_active_fan_in(individual.network, masks)
         _masks.apply_masks(params, masks, individual.trainer)
-        seed = int(torch.randint(0, 2**62, (1,), generator=generator, device=generator.device))
+        seed = int(torch.randint(0, 2**62, (1,), generator=stream, device=stream.device))
         state = _state.state_of(individual)
         state.clear()
         state.update(

@@ -214,8 +214,8 @@ def check_loss(
     fake, real = torch.randn(64, generator=noise), torch.randn(64, generator=noise)
     fake_before, real_before = fake.clone(), real.clone()
     with _no_global_random(component.name):
-        g = loss.generator_loss(fake, generator=torch.Generator().manual_seed(seed))
-        g_again = loss.generator_loss(fake, generator=torch.Generator().manual_seed(seed))
+        g = loss.generator_loss(fake, stream=torch.Generator().manual_seed(seed))
+        g_again = loss.generator_loss(fake, stream=torch.Generator().manual_seed(seed))
         fitness = (loss.generator_loss(fake), loss.generator_loss(fake))
         d, d_again = loss.discriminator_loss(real, fake), loss.discriminator_loss(real, fake)
     assert torch.equal(g, g_again), f"{component.name} is not deterministic under a seed"

@@ -36,7 +36,7 @@ class NoAugment(Augment[ComponentOptions]):
     identity: ClassVar[bool] = True
 
     def __call__(
-        self, images: torch.Tensor, *, generator: torch.Generator, state: Mapping[str, torch.Tensor] | None = None
+        self, images: torch.Tensor, *, stream: torch.Generator, state: Mapping[str, torch.Tensor] | None = None
     ) -> torch.Tensor:
         return images
 
@@ -68,13 +68,13 @@ class Transforms(Augment[TransformsT]):
         raise NotImplementedError
 
     def __call__(
-        self, images: torch.Tensor, *, generator: torch.Generator, state: Mapping[str, torch.Tensor] | None = None
+        self, images: torch.Tensor, *, stream: torch.Generator, state: Mapping[str, torch.Tensor] | None = None
     ) -> torch.Tensor:
         x, p = images, self.probability(state)
         for name in self.options.policy:
-            changed = TRANSFORMS[name](self, x, generator)
+            changed = TRANSFORMS[name](self, x, stream)
             if self.adaptive or p < 1:  # an adaptive p draws at any value: the same draws at every p
-                chosen = _uniform(x, generator) < p
+                chosen = _uniform(x, stream) < p
                 changed = torch.where(chosen, changed, x)
             x = changed
         return x

@@ -72,13 +72,6 @@ class TensorSource(DataSource):
             index = self._rows(torch.randint(len(self), (n,), generator=generator))
         return self.samples.index_select(0, index.to(self.samples.device))
 
-    def sample_with_labels(
-        self, n: int, *, generator: torch.Generator
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        index = self._indices(min(n, len(self)), generator).to(self.samples.device)
-        labels = None if self.labels is None else self.labels.index_select(0, index.to(self.labels.device))
-        return self.samples.index_select(0, index), labels
-
 
 class LoaderSource(DataSource):
     """A torch Dataset too large to pre-load (CelebA): batches come from a DataLoader with workers.

@@ -23,7 +23,7 @@ class BCE(Loss):
     description: ClassVar[str] = "binary cross-entropy, non-saturating generator loss"
 
     def generator_loss(
-        self, fake_logits: torch.Tensor, *, generator: torch.Generator | None = None
+        self, fake_logits: torch.Tensor, *, stream: torch.Generator | None = None
     ) -> torch.Tensor:
         return F.binary_cross_entropy_with_logits(fake_logits, torch.ones_like(fake_logits))
 
@@ -40,7 +40,7 @@ class Minimax(BCE):
     description: ClassVar[str] = "saturating minimax generator loss, BCE discriminator"
 
     def generator_loss(
-        self, fake_logits: torch.Tensor, *, generator: torch.Generator | None = None
+        self, fake_logits: torch.Tensor, *, stream: torch.Generator | None = None
     ) -> torch.Tensor:
         return -F.binary_cross_entropy_with_logits(fake_logits, torch.zeros_like(fake_logits))
 
@@ -52,7 +52,7 @@ class Heuristic(BCE):
     description: ClassVar[str] = "-0.5 log D(G(z)) generator loss, BCE discriminator"
 
     def generator_loss(
-        self, fake_logits: torch.Tensor, *, generator: torch.Generator | None = None
+        self, fake_logits: torch.Tensor, *, stream: torch.Generator | None = None
     ) -> torch.Tensor:
         return -0.5 * F.logsigmoid(fake_logits).mean()
 
@@ -65,7 +65,7 @@ class LeastSquares(Loss):
     description: ClassVar[str] = "least-squares GAN loss on sigmoid outputs"
 
     def generator_loss(
-        self, fake_logits: torch.Tensor, *, generator: torch.Generator | None = None
+        self, fake_logits: torch.Tensor, *, stream: torch.Generator | None = None
     ) -> torch.Tensor:
         return ((torch.sigmoid(fake_logits) - 1) ** 2).mean()
 
@@ -81,7 +81,7 @@ class Hinge(Loss):
     description: ClassVar[str] = "hinge loss (SNGAN / ADAPT)"
 
     def generator_loss(
-        self, fake_logits: torch.Tensor, *, generator: torch.Generator | None = None
+        self, fake_logits: torch.Tensor, *, stream: torch.Generator | None = None
     ) -> torch.Tensor:
         return -fake_logits.mean()
 

@@ -355,9 +355,9 @@ class GanProblem(AdversarialProblem[GanOptions]):
         return torch.randn(n, *self.networks.latent_shape(), generator=generator).to(self.device)
 
     # -------------------------------------------------------------------------------- data
-    def training_batches(self, *, generator: torch.Generator, cell: int = 0) -> Iterator[torch.Tensor]:
+    def training_batches(self, *, stream: torch.Generator, cell: int = 0) -> Iterator[torch.Tensor]:
         return self.cell_source(cell).batches(
-            self.options.batch_size, self.options.batches_per_generation, generator=generator
+            self.options.batch_size, self.options.batches_per_generation, generator=stream
         )
 
     def batches_per_generation(self, cell: int) -> int:
@@ -408,23 +408,23 @@ class GanProblem(AdversarialProblem[GanOptions]):
         defender: nn.Module | Sequence[tuple[nn.Module, float]],
         real: torch.Tensor,
         *,
-        generator: torch.Generator,
+        stream: torch.Generator,
         defenders: Sequence[Individual] = (),
     ) -> GeneratorStep:
-        z = self.noise(real.shape[0], generator)
+        z = self.noise(real.shape[0], stream)
         weighted = [(defender, 1.0)] if isinstance(defender, nn.Module) else list(defender)
         # an adaptive augmentation augments the fakes for each defender with that defender's state
         states = [self.augment_state(d) for d in defenders] if defenders else [None] * len(weighted)
         single = isinstance(defender, nn.Module)
 
         def update(loss: Loss[Any]) -> torch.Tensor:
-            return self._generator_update(attacker, weighted, states, z, loss, single=single, generator=generator)
+            return self._generator_update(attacker, weighted, states, z, loss, single=single, stream=stream)
 
         if self.egan is None:
             fake_logits = update(self.loss)
         else:
-            noise = partial(self.noise, generator=generator)
-            fake_logits = self.egan.step(attacker, update, weighted, real, noise, self.precision, generator=generator)
+            noise = partial(self.noise, generator=stream)
+            fake_logits = self.egan.step(attacker, update, weighted, real, noise, self.precision, generator=stream)
         return GeneratorStep(z=z, real=real, fake_logits_pre=fake_logits, step=0)
 
     def _generator_update(
@@ -436,7 +436,7 @@ class GanProblem(AdversarialProblem[GanOptions]):
         loss_function: Loss[Any],
         *,
         single: bool,
-        generator: torch.Generator,
+        stream: torch.Generator,
     ) -> torch.Tensor:
         """One optimizer step of ``attacker`` on noise ``z`` with ``loss_function``'s generator loss; the
         detached logits of the first defender on the step's fakes. ``single``: one defender, its loss unweighted."""
@@ -449,18 +449,18 @@ class GanProblem(AdversarialProblem[GanOptions]):
                 fakes = [fake] * len(weighted)
                 # D sees augmented fakes; G's gradient flows through the transform
                 if self.augment.adaptive:
-                    fakes = [self.augment(fake, generator=generator, state=state) for state in states]
+                    fakes = [self.augment(fake, stream=stream, state=state) for state in states]
                 elif not self.augment.identity:
-                    fakes = [self.augment(fake, generator=generator)] * len(weighted)
+                    fakes = [self.augment(fake, stream=stream)] * len(weighted)
                 # one generator forward, one discriminator forward per defender
                 all_logits = [network(x).float() for (network, _), x in zip(weighted, fakes, strict=True)]
             fake_logits = all_logits[0]
             if single:
-                loss = loss_function.generator_loss(fake_logits, generator=generator)
+                loss = loss_function.generator_loss(fake_logits, stream=stream)
             else:
                 loss = torch.zeros((), device=fake.device)
                 for (_, weight), logits in zip(weighted, all_logits, strict=True):
-                    loss = loss + weight * loss_function.generator_loss(logits, generator=generator)
+                    loss = loss + weight * loss_function.generator_loss(logits, stream=stream)
             self.precision.step(attacker.trainer, loss)
         finally:
             for network, _ in weighted:
@@ -468,16 +468,16 @@ class GanProblem(AdversarialProblem[GanOptions]):
         return fake_logits.detach()
 
     def discriminator_step(
-        self, attacker: Individual, defender: nn.Module, real: torch.Tensor, *, generator: torch.Generator
+        self, attacker: Individual, defender: nn.Module, real: torch.Tensor, *, stream: torch.Generator
     ) -> None:
-        z = self.noise(real.shape[0], generator)
+        z = self.noise(real.shape[0], stream)
         state = self.augment_state(attacker, start=True)
         with self.precision.autocast():
             with torch.no_grad():
                 fake = defender(z).to(real.dtype)
             if not self.augment.identity:
-                real = self.augment(real, generator=generator, state=state)
-                fake = self.augment(fake, generator=generator, state=state)
+                real = self.augment(real, stream=stream, state=state)
+                fake = self.augment(fake, stream=stream, state=state)
             attacker.trainer.zero_grad(set_to_none=True)
             if self.joint_discriminator_batch(attacker.network):
                 # One forward of twice the batch: fewer, larger matrix products (same arithmetic per sample).

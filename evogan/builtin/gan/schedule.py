@@ -18,13 +18,6 @@ class CriticSchedule:
     first: int = 25
     every: int = 500
 
-    def critic_steps_before(self, g: int) -> int:
-        """Critic steps in the block before generator step ``g``."""
-        return self.burst if self._is_burst(g) else self.steps
-
-    def _is_burst(self, g: int) -> bool:
-        return g < self.first or (self.every > 0 and g % self.every == 0)
-
     def _bursts_upto(self, g: int) -> int:
         """How many of the generator steps ``0..g`` follow a burst."""
         early = min(g + 1, self.first)

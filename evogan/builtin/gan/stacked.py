@@ -636,7 +636,7 @@ class StackedGanTraining(TrainingBackend):
             augmenting.append(fork)
             blank = torch.zeros_like(r)
             for _ in range(calls[row]):
-                self.problem.augment(blank, generator=stream)
+                self.problem.augment(blank, stream=stream)
         return torch.stack(noise), augmenting
 
     def _augmented_fakes(
@@ -649,14 +649,14 @@ class StackedGanTraining(TrainingBackend):
         if augment.identity:
             return [fake] * width
         if not augment.adaptive:
-            once = torch.stack([augment(fake[row], generator=stream) for row, stream in enumerate(streams)])
+            once = torch.stack([augment(fake[row], stream=stream) for row, stream in enumerate(streams)])
             return [once] * width
         seen: list[list[torch.Tensor]] = [[] for _ in range(width)]
         for row, (chosen, stream) in enumerate(zip(faced, streams, strict=True)):
             for k in range(width):
                 if k < len(chosen):
                     state = self.problem.augment_state(chosen[k][0])
-                    seen[k].append(augment(fake[row], generator=stream, state=state))
+                    seen[k].append(augment(fake[row], stream=stream, state=state))
                 else:
                     seen[k].append(fake[row])
         return [torch.stack(rows) for rows in seen]
@@ -708,8 +708,8 @@ class StackedGanTraining(TrainingBackend):
         states = [self.problem.augment_state(d, start=True) for d in self.d.individuals]
         if not augment.identity:  # each row's real batch, then its fakes, from the row's stream
             rows = range(len(real))
-            batch = torch.stack([augment(batch[i], generator=augmenting[i], state=states[i]) for i in rows])
-            fake = torch.stack([augment(fake[i], generator=augmenting[i], state=states[i]) for i in rows])
+            batch = torch.stack([augment(batch[i], stream=augmenting[i], state=states[i]) for i in rows])
+            fake = torch.stack([augment(fake[i], stream=augmenting[i], state=states[i]) for i in rows])
         params, buffers, forward = self.d.params, self.d.buffers, self.forward_d
         with self.problem.precision.autocast():
             if self.joint:

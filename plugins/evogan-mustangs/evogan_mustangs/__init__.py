@@ -72,17 +72,15 @@ class Mustangs(Loss[MustangsOptions]):
     description: ClassVar[str] = "Mustangs: generator loss drawn per step from bce/mse/heuristic; BCE for D"
     Options: ClassVar[type[MustangsOptions]] = MustangsOptions
 
-    def choose(self, generator: torch.Generator | None) -> LossName:
-        """The loss for one call: a uniform draw from ``generator``, or ``bce`` without one (fitness)."""
-        if generator is None:
+    def choose(self, stream: torch.Generator | None) -> LossName:
+        """The loss for one call: a uniform draw from ``stream``, or ``bce`` without one (fitness)."""
+        if stream is None:
             return "bce"
         losses = self.options.losses
-        return losses[int(torch.randint(len(losses), (1,), generator=generator))]
+        return losses[int(torch.randint(len(losses), (1,), generator=stream))]
 
-    def generator_loss(
-        self, fake_logits: torch.Tensor, *, generator: torch.Generator | None = None
-    ) -> torch.Tensor:
-        return GENERATOR_LOSSES[self.choose(generator)](fake_logits)
+    def generator_loss(self, fake_logits: torch.Tensor, *, stream: torch.Generator | None = None) -> torch.Tensor:
+        return GENERATOR_LOSSES[self.choose(stream)](fake_logits)
 
     def discriminator_loss(self, real_logits: torch.Tensor, fake_logits: torch.Tensor) -> torch.Tensor:
         return F.binary_cross_entropy_with_logits(

@@ -80,7 +80,7 @@ def test_each_draw_computes_the_named_loss_without_keeping_state() -> None:
     assert torch.allclose(expected["mse"], (torch.sigmoid(x) - 1).square().mean())
     drawing, replay = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
     for _ in range(30):
-        value = loss.generator_loss(x, generator=drawing)
+        value = loss.generator_loss(x, stream=drawing)
         assert torch.equal(value, expected[loss.choose(replay)])
     assert vars(loss) == before  # nothing remembered between calls
     # Fitness evaluation passes no stream: always the non-saturating BCE, so fitness stays comparable.
