@@ -342,7 +342,8 @@ class SortingNetworks(Problem["SortingNetworks.Options"]):
                 if self.options.secondary == "size_depth" and inputs_sorted == total:
                     measure += layers / (cap + 1)
             else:
-                pairs = host.comparators  # type: ignore[union-attr]
+                pairs = host.comparators
+                assert isinstance(pairs, torch.Tensor)
                 measure = float(len(self._prefix) + int((pairs[:, 0] != pairs[:, 1]).sum()))
             measures.append(measure)
         resolution = 1.0 / (self.options.vectors * share.shape[1])

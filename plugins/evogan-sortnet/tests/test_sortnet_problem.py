@@ -237,7 +237,7 @@ def test_size_as_secondary_objective_ranks_equally_scored_hosts_correct_then_sma
     no_op = torch.empty(0, 2, dtype=torch.int64)
     small = Host(torch.tensor([*batcher, (1, 1), (2, 2)]), no_op)  # 19 effective
     large = Host(torch.tensor([*batcher, (0, 1), (3, 4)]), no_op)  # 21 comparators, 19 effective + 2 redundant
-    larger = Host(torch.tensor([(0, 7), (0, 7), *batcher]), no_op)  # 20 effective: one redundant duplicate ... swaps
+    larger = Host(torch.tensor([(0, 7), (0, 7), *batcher]), no_op)  # 20 effective: (0, 7) swaps, its duplicate never
     broken = Host(torch.tensor([*batcher[:-1], (3, 3), (3, 3), (3, 3)]), no_op)  # not correct
     parasites = [Parasite(torch.tensor([[0] * 8] * 6, dtype=torch.bool))]  # every host sorts all of it
     loss, parasite_loss = made.fitness([small, large, larger, broken], parasites, None, generator=torch.Generator())
