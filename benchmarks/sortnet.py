@@ -123,8 +123,9 @@ class Budget:
     final scoring and plots, which cost the same for any budget), and the process's CPU time over the
     same span (``loop_cpu_s``: less sensitive than wall time to what else the machine runs)."""
 
-    def __init__(self, budget: int) -> None:
+    def __init__(self, budget: int, seconds: float = 0.0) -> None:
         self.budget = budget
+        self.seconds = seconds
         self.latest: dict[str, float] = {"evaluations": 0.0}
         self.generation = 0
         self.started = self.ended = self.cpu_started = self.cpu_ended = 0.0
@@ -143,11 +144,18 @@ class Budget:
         self.ended, self.cpu_ended = time.perf_counter(), time.process_time()
 
     def spent(self) -> bool:
-        return self.latest["evaluations"] >= self.budget
+        """The tests are spent, or (``seconds``) the generations have run that long."""
+        late = bool(self.seconds) and self.ended - self.started >= self.seconds
+        return late or self.latest["evaluations"] >= self.budget
 
 
 def budget_of(args: argparse.Namespace, inputs: int) -> int:
+    if args.seconds and not args.budget:
+        return UNLIMITED
     return int(args.budget) if args.budget else PROBLEMS[inputs][1]
+
+
+UNLIMITED = 10**15  # tests: a run with --seconds and no --budget ends by its wall time alone
 
 
 @contextlib.contextmanager
@@ -178,7 +186,7 @@ def run_one(
         *config.overrides,
         *args.set,
     ]
-    watch = Budget(budget)
+    watch = Budget(budget, args.seconds or 0.0)
     prepared = prepare(RECIPE, overrides=overrides, pm=make_plugin_manager(extra=[watch]))
     commit, dirty = git_commit()
     before, started = machine(), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -196,6 +204,7 @@ def run_one(
         "population": config.population,
         "seed": seed,
         "budget": budget,
+        "seconds": args.seconds or None,
         "recipe": str(RECIPE.relative_to(ROOT)),
         "set": list(args.set),
         "overrides": [o for o in overrides if not o.startswith("run.output_dir=")],
@@ -207,6 +216,7 @@ def run_one(
         "first_correct_at": first or None,
         "smallest_correct": int(final["smallest_correct"]) or None,
         "smallest_correct_at": int(final["smallest_correct_at"]) or None,
+        "smallest_correct_depth": int(final.get("smallest_correct_depth", 0)) or None,
         "best_sorted": float(final["best_sorted"]),
         "wall_s": wall,
         "batched": batched,
@@ -249,7 +259,7 @@ def median(values: Sequence[float], spec: str = ".3g") -> str:
 def table(records: Sequence[Mapping[str, Any]]) -> str:
     groups: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
     for record in records:
-        key = (record["inputs"], record["budget"], " ".join(record["set"]), mode(record))
+        key = (record["inputs"], budget_label(record), " ".join(record["set"]), mode(record))
         groups.setdefault(key, []).append(record)
     headers = [
         "inputs", "budget (tests)", "--set", "configuration", "seeds", "found", "smallest correct",
@@ -263,7 +273,7 @@ def table(records: Sequence[Mapping[str, Any]]) -> str:
         sizes = [r["smallest_correct"] for r in found]
         commits = " ".join(sorted({r["commit"] + ("-dirty" if r["dirty"] else "") for r in runs}))
         cells = [
-            str(inputs), f"{budget:.3g}", extra or "-", name, " ".join(str(r["seed"]) for r in runs),
+            str(inputs), budget, extra or "-", name, " ".join(str(r["seed"]) for r in runs),
             f"{len(found)}/{len(runs)}", str(min(sizes)) if sizes else "-", median(sizes),
             median([r["first_correct_at"] for r in found]), median([r["best_sorted"] for r in runs], ".4f"),
             str(HILLIS.get(inputs, "-")), str(BEST_KNOWN.get(inputs, "-")), median([r["wall_s"] for r in runs]),
@@ -271,6 +281,13 @@ def table(records: Sequence[Mapping[str, Any]]) -> str:
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def budget_label(record: Mapping[str, Any]) -> str:
+    """A run's budget as the tables print it: its tests, or its wall time (``--seconds``)."""
+    if record.get("seconds") and record["budget"] >= UNLIMITED:
+        return f"{record['seconds']:.0f} s"
+    return f"{record['budget']:.3g}" + (f" or {record['seconds']:.0f} s" if record.get("seconds") else "")
 
 
 def mode(record: Mapping[str, Any]) -> str:
@@ -292,23 +309,24 @@ def speed_table(records: Sequence[Mapping[str, Any]]) -> str:
     by side: batched against cell by cell (same seed), each grid against the panmictic population of the
     same mode, seed and budget."""
     timed = [r for r in records if "loop_s" in r]
-    runs = {(r["inputs"], r["budget"], r["seed"], mode(r)): r for r in timed}
+    runs = {(r["inputs"], budget_label(r), " ".join(r["set"]), r["seed"], mode(r)): r for r in timed}
     groups: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
     for record in timed:
-        groups.setdefault((record["inputs"], record["budget"], mode(record)), []).append(record)
+        key = (record["inputs"], budget_label(record), " ".join(record["set"]), mode(record))
+        groups.setdefault(key, []).append(record)
     headers = [
-        "inputs", "budget (tests)", "configuration", "cells", "seeds", "median generations",
+        "inputs", "budget (tests)", "--set", "configuration", "cells", "seeds", "median generations",
         "median us per test (wall)", "median us per test (CPU)", "median CPU ms per cell-generation",
         "batched / cell by cell",
         "grid / panmictic per test", "load",
     ]
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    for (inputs, budget, name), group in sorted(groups.items()):
+    for (inputs, budget, extra, name), group in sorted(groups.items()):
         group = sorted(group, key=lambda r: r["seed"])
         batched = [
-            per_test(r, CPU) / per_test(runs[(inputs, budget, r["seed"], mode(r) + " (cell by cell)")], CPU)
+            per_test(r, CPU) / per_test(runs[(inputs, budget, extra, r["seed"], mode(r) + " (cell by cell)")], CPU)
             for r in group
-            if (inputs, budget, r["seed"], mode(r) + " (cell by cell)") in runs
+            if (inputs, budget, extra, r["seed"], mode(r) + " (cell by cell)") in runs
         ]
         suffix = "" if group[0].get("batched", True) else " (cell by cell)"
         panmictic = [
@@ -316,12 +334,12 @@ def speed_table(records: Sequence[Mapping[str, Any]]) -> str:
             for r in group
             if r["config"].startswith("grid")
             for key, other in runs.items()
-            if key[:3] == (inputs, budget, r["seed"]) and key[3] == f"panmictic-{r['population']}{suffix}"
+            if key[:4] == (inputs, budget, extra, r["seed"]) and key[4] == f"panmictic-{r['population']}{suffix}"
         ]
         cells = int(group[0].get("cells", 1))
         loads = [float(x[0]) for r in group for x in (r["machine"]["load"], r["machine"]["load_end"])]
         cells_line = [
-            str(inputs), f"{budget:.3g}", name, str(cells), " ".join(str(r["seed"]) for r in group),
+            str(inputs), budget, extra or "-", name, str(cells), " ".join(str(r["seed"]) for r in group),
             median([r["generations"] for r in group], ".0f"), median([per_test(r) for r in group], ".2f"),
             median([per_test(r, CPU) for r in group], ".2f"),
             median([1e3 * r.get(CPU, r["loop_s"]) / (r["generations"] * cells) for r in group], ".2f"),
@@ -349,6 +367,12 @@ def arguments() -> argparse.ArgumentParser:
     parser.add_argument("--grid", default="5x5", help="ROWSxCOLS of the grid; the panmictic control has as many")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
     parser.add_argument("--budget", type=float, help="host-by-vector tests per run (default: per inputs)")
+    parser.add_argument(
+        "--seconds",
+        type=float,
+        help="wall seconds of generations per run (equal wall time): a run ends at the first generation end "
+        "past them, or at --budget if given and reached first",
+    )
     parser.add_argument("--configs", nargs="+", help="run only these configurations (see --list)")
     parser.add_argument("--set", nargs="+", default=[], help="further recipe overrides, KEY=VALUE")
     parser.add_argument("--threads", type=int, default=1)

@@ -11,8 +11,10 @@ BEST_KNOWN = {
 
 
 def layers_allowed(inputs: int) -> int:
-    """How many hypercube prefix layers ``inputs`` wires admit (0 unless a power of two)."""
-    return int(math.log2(inputs)) if inputs & (inputs - 1) == 0 else 0
+    """How many hypercube prefix layers ``inputs`` wires admit: ``L`` layers need blocks of ``2^L``
+    wires, so ``2^L`` must divide ``inputs`` (16: 4, Green's first 32 comparators; 12: 2, three blocks of
+    4; odd: 0)."""
+    return int(math.log2(inputs & -inputs))
 
 
 __all__ = ["BEST_KNOWN", "layers_allowed"]

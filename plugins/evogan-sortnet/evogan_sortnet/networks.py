@@ -13,6 +13,8 @@ a mask.
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -64,9 +66,11 @@ class Parasite(nn.Module):
 
 
 def hypercube_prefix(inputs: int, layers: int) -> torch.Tensor:
-    """The first ``layers`` layers of Green's 16-input network, for any power of two: layer ``d``
-    compares every wire ``i`` having bit ``d`` clear with ``i + 2^d`` (Hillis fixed Green's first 32
-    comparators, four layers for 16 inputs). Shape ``(layers * inputs / 2, 2)``."""
+    """The first ``layers`` layers of Green's 16-input network, for any ``inputs`` that ``2^layers``
+    divides: layer ``d`` compares every wire ``i`` having bit ``d`` clear with ``i + 2^d`` (Hillis fixed
+    Green's first 32 comparators, four layers for 16 inputs; for 12 inputs two layers work on three
+    blocks of 4, as the first two layers of Shapiro and Green's 39-comparator network do). Shape
+    ``(layers * inputs / 2, 2)``."""
     pairs = [(i, i | 1 << d) for d in range(layers) for i in range(inputs) if not i >> d & 1]
     return torch.tensor(pairs, dtype=torch.int64).reshape(-1, 2)
 
@@ -184,16 +188,28 @@ def unsorted_words(planes: torch.Tensor) -> torch.Tensor:
     return functools.reduce(torch.bitwise_or, inversions.unbind(dim=-2), torch.zeros_like(planes[..., 0, :]))
 
 
-def sorted_counts(networks: torch.Tensor, parasites: torch.Tensor) -> torch.Tensor:
+def through(planes: torch.Tensor, prefix: torch.Tensor | None) -> torch.Tensor:
+    """``planes`` (``(R, n, words)``) after the fixed ``prefix`` (``(K, 2)`` normalised), every row
+    alike: the prefix runs once over all rows' words instead of once per host."""
+    if prefix is None or not len(prefix):
+        return planes
+    rows, inputs, words = planes.shape
+    flat = planes.permute(1, 0, 2).reshape(1, inputs, rows * words).contiguous()
+    run_networks(flat, prefix.unsqueeze(0))
+    return flat.reshape(inputs, rows, words).permute(1, 0, 2).contiguous()
+
+
+def sorted_counts(networks: torch.Tensor, parasites: torch.Tensor, prefix: torch.Tensor | None = None) -> torch.Tensor:
     """All-vs-all: how many of parasite ``p``'s vectors host ``h`` sorts, ``(H, P)`` int64.
 
     :param networks: ``(H, C, 2)`` normalised wire pairs.
     :param parasites: ``(P, V, n)`` bools. Each parasite gets its own words, so its counts are one
         popcount over its segment; every host runs all parasites' vectors in one pass.
+    :param prefix: ``(K, 2)`` normalised wire pairs every host applies before its own (run once).
     """
     hosts, count = networks.shape[0], parasites.shape[0]
     vectors, inputs = parasites.shape[1:]
-    planes = pack(parasites)  # (P, n, w)
+    planes = through(pack(parasites), prefix)  # (P, n, w)
     per = planes.shape[-1]
     batch = planes.permute(1, 0, 2).reshape(1, inputs, count * per).expand(hosts, -1, -1).contiguous()
     run_networks(batch, networks)
@@ -201,52 +217,117 @@ def sorted_counts(networks: torch.Tensor, parasites: torch.Tensor) -> torch.Tens
     return vectors - failed
 
 
-def pair_counts(networks: torch.Tensor, parasites: torch.Tensor) -> torch.Tensor:
+def pair_counts(networks: torch.Tensor, parasites: torch.Tensor, prefix: torch.Tensor | None = None) -> torch.Tensor:
     """Pair by pair: how many of parasite ``r``'s vectors host ``r`` sorts, ``(R,)`` int64.
 
     :param networks: ``(R, C, 2)`` normalised wire pairs.
     :param parasites: ``(R, V, n)`` bools. Row ``r`` runs only its own parasite's vectors, so any list of
         games (many cells' neighbourhoods at once) is one pass over ``R`` rows.
+    :param prefix: as :func:`sorted_counts`.
     """
-    planes = pack(parasites)  # (R, n, w)
+    planes = through(pack(parasites), prefix)  # (R, n, w)
     run_networks(planes, networks)
     return parasites.shape[1] - popcount(unsorted_words(planes)).sum(dim=-1)
 
 
-def exhaustive(networks: torch.Tensor, inputs: int, *, chunk_words: int = 1 << 22) -> tuple[torch.Tensor, torch.Tensor]:
-    """Every host against all ``2^inputs`` binary inputs.
+@dataclass(frozen=True)
+class InputSet:
+    """The binary inputs that reach the evolved comparators: all ``2^inputs``, or after a fixed prefix
+    only its distinct outputs (Green's 32 comparators leave 168 of 65,536 for 16 inputs), each weighted
+    by how many inputs the prefix maps onto it, so shares still count the ``2^inputs`` inputs.
 
-    :returns: ``(sorted, swaps)``: per host, the inputs it sorts (int64), and per comparator whether it
-        swaps on some input (``swaps.sum(1)`` is the network's size once the useless ones are pruned).
+    :param planes: ``(inputs, words)`` bit-planes of the distinct vectors.
+    :param weights: ``(64 * words,)`` int64, inputs per vector (0 for padding); None: one each.
     """
-    planes = all_inputs(inputs, networks.device)
+
+    planes: torch.Tensor
+    weights: torch.Tensor | None
+    total: int
+
+    @property
+    def vectors(self) -> int:
+        return self.total if self.weights is None else int((self.weights > 0).sum())
+
+
+def prefix_outputs(inputs: int, prefix: torch.Tensor, device: torch.device | str = "cpu") -> InputSet:
+    """The :class:`InputSet` after ``prefix`` (``(K, 2)`` wire pairs; empty: every input)."""
+    planes = all_inputs(inputs, device)
+    if not len(prefix):
+        return InputSet(planes, None, 1 << inputs)
+    batch = planes.unsqueeze(0).contiguous()
+    run_networks(batch, normalise(prefix.to(device)).unsqueeze(0))
+    bits = unpack(batch[0], 1 << inputs)  # (2^n, n)
+    distinct, counts = torch.unique(bits, dim=0, return_counts=True)
+    packed = pack(distinct)
+    weights = torch.zeros(packed.shape[-1] * WORD, dtype=torch.int64, device=device)
+    weights[: len(counts)] = counts
+    return InputSet(packed, weights, 1 << inputs)
+
+
+def failed_inputs(planes: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:
+    """``(H, n, words)`` after the networks -> ``(H,)``: the inputs left unsorted, weighted."""
+    words = unsorted_words(planes)
+    if weights is None:
+        return popcount(words).sum(dim=-1)
+    bits = (words.unsqueeze(-1) & _bit_weights(words.device)) != 0  # (H, words, 64)
+    return (bits.flatten(-2).to(torch.int64) * weights).sum(dim=-1)
+
+
+def exhaustive(
+    networks: torch.Tensor, inputs: int, *, chunk_words: int = 1 << 22, over: InputSet | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every host against all ``2^inputs`` binary inputs, or (``over``) the inputs that reach it.
+
+    :param over: what the networks see (:func:`prefix_outputs`: after a fixed prefix, only its distinct
+        outputs, weighted); default every input.
+    :returns: ``(sorted, swaps)``: per host, the inputs it sorts (int64, out of ``2^inputs``), and per
+        comparator whether it swaps on some input (``swaps.sum(1)`` is the network's size once the useless
+        ones are pruned).
+    """
+    over = over or InputSet(all_inputs(inputs, networks.device), None, 1 << inputs)
+    planes = over.planes
     step = max(1, chunk_words // planes.numel())  # hosts per pass, to bound memory at 16+ inputs
     sorted_parts, swap_parts = [], []
     for start in range(0, networks.shape[0], step):
         part = networks[start : start + step]
-        batch = planes.unsqueeze(0).expand(part.shape[0], -1, -1).contiguous()
+        batch = planes.unsqueeze(0).repeat(part.shape[0], 1, 1)  # a copy: the networks run in place
         swapped = run_networks(batch, part, swaps=True)
         assert swapped is not None
-        sorted_parts.append((1 << inputs) - popcount(unsorted_words(batch)).sum(dim=-1))
+        sorted_parts.append(over.total - failed_inputs(batch, over.weights))
         swap_parts.append(swapped)
     return torch.cat(sorted_parts), torch.cat(swap_parts)
+
+
+def depth(network: Sequence[Sequence[int]], inputs: int) -> int:
+    """Layers of ``network`` (wire pairs, in order) when every comparator runs as early as its wires
+    allow; no-ops ``(i, i)`` take no layer."""
+    ready = [0] * inputs
+    for low, high in network:
+        if low != high:
+            ready[low] = ready[high] = max(ready[low], ready[high]) + 1
+    return max(ready, default=0)
 
 
 __all__ = [
     "BEST_KNOWN",
     "WORD",
     "Host",
+    "InputSet",
     "Parasite",
     "all_inputs",
+    "depth",
     "exhaustive",
+    "failed_inputs",
     "hypercube_prefix",
     "layers_allowed",
     "normalise",
     "pack",
     "pair_counts",
     "popcount",
+    "prefix_outputs",
     "run_networks",
     "sorted_counts",
+    "through",
     "unpack",
     "unsorted_words",
     "words_for",

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field, ValidationError, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
@@ -49,13 +49,20 @@ class Discoveries:
 
     history: list[tuple[int, int]] = field(default_factory=list)
     smallest: list[list[int]] = field(default_factory=list)  # the smallest network's comparators
+    depth: int = 0  # the smallest network's layers
 
-    def record(self, evaluations: int, size: int, pruned: torch.Tensor) -> None:
-        """A correct network of ``size`` effective comparators (``pruned``: those, as wire pairs)."""
+    def record(self, evaluations: int, size: int, pruned: torch.Tensor, inputs: int) -> None:
+        """A correct network of ``size`` effective comparators (``pruned``: those, as wire pairs, prefix
+        included). Each new smallest gets a final check of its own: the whole pruned network on all
+        ``2^inputs`` inputs, apart from the prefix-output path that found it (a failure is a bug here)."""
         if self.history and size >= self.history[-1][1]:
             return
+        done, swaps = wiring.exhaustive(pruned.unsqueeze(0), inputs)
+        if int(done[0]) != 1 << inputs or int(swaps.sum()) != size:
+            raise RuntimeError(f"sortnet: a network recorded as correct with {size} comparators fails its final check")
         self.history.append((evaluations, size))
         self.smallest = pruned.tolist()
+        self.depth = wiring.depth(self.smallest, inputs)
 
     @property
     def first_at(self) -> int:
@@ -94,8 +101,29 @@ class SortingNetworks(Problem["SortingNetworks.Options"]):
             0,
             ge=0,
             le=5,
-            description="fixed hypercube layers before every host's comparators (power-of-two inputs only): "
-            "4 for 16 inputs gives Green's first 32 comparators, as Hillis seeded his hosts",
+            description="fixed hypercube layers before every host's comparators, on blocks of 2^layers wires "
+            "(which must divide inputs): 4 for 16 inputs gives Green's first 32 comparators, as Hillis seeded "
+            "his hosts; 2 for 12 inputs the first 12 of Shapiro and Green's 39. Hosts evolve only what follows, "
+            "parasites' vectors pass the prefix once per call, and the exhaustive check runs over the prefix's "
+            "distinct outputs only",
+        )
+        prefix: list[tuple[int, int]] = Field(
+            default_factory=list,
+            description="further fixed comparators (wire pairs) after the hypercube layers, e.g. the first "
+            "layers of a known network",
+        )
+        secondary: Literal["none", "size", "size_depth"] = Field(
+            "none",
+            description="a host's loss grows by less than one test vector's worth with its size: hosts "
+            "that sort equally many of their tests rank the correct (checked on every input) and smaller "
+            "one first (size: effective comparators; size_depth: then fewer layers). A host that sorts all "
+            "its tests is checked on every input for this, as verify does; none: share sorted alone",
+        )
+        parasite_fitness: Literal["vectors", "hosts"] = Field(
+            "vectors",
+            description="a parasite's loss against a host: the share of its vectors the host sorts (vectors), "
+            "or whether the host sorts them all, then that share as a tie-break (hosts: parasites are ranked "
+            "by how many hosts fail them, as Hillis scored his)",
         )
         verify: bool = Field(
             True,
@@ -112,9 +140,15 @@ class SortingNetworks(Problem["SortingNetworks.Options"]):
         def _prefix_fits(self) -> SortingNetworks.Options:
             allowed = layers_allowed(self.inputs)
             if self.prefix_layers > allowed:
-                why = f"{self.inputs} inputs admit {allowed}" + ("" if allowed else " (not a power of two)")
+                why = f"{self.inputs} inputs admit {allowed}" + ("" if allowed else " (odd)")
                 error = PydanticCustomError("prefix", f"{self.prefix_layers} hypercube layers asked, {why}")
                 details = [InitErrorDetails(type=error, loc=("prefix_layers",), input=self.prefix_layers)]
+                raise ValidationError.from_exception_data("SortingNetworks.Options", details)
+            outside = [pair for pair in self.prefix if not all(0 <= wire < self.inputs for wire in pair)]
+            if outside:
+                wires = f"comparator {list(outside[0])} has a wire outside 0..{self.inputs - 1}"
+                error = PydanticCustomError("prefix", wires)
+                details = [InitErrorDetails(type=error, loc=("prefix",), input=self.prefix)]
                 raise ValidationError.from_exception_data("SortingNetworks.Options", details)
             return self
 
@@ -123,16 +157,23 @@ class SortingNetworks(Problem["SortingNetworks.Options"]):
         self.evaluations = 0  # host-by-vector tests run by fitness in this process
         self.checks = 0  # hosts run against every input (not evaluations: measurement)
         self.found = Discoveries()
-        self._exhaustive: dict[bytes, tuple[int, int]] = {}
-        self._prefix = torch.empty(0, 2, dtype=torch.int64)
+        self._exhaustive: dict[bytes, tuple[int, int, int]] = {}  # genome -> (sorted, size, depth)
+        self._prefix = torch.empty(0, 2, dtype=torch.int64)  # normalised wire pairs
+        self._prefix_used = torch.empty(0, dtype=torch.bool)  # which of them swap on some input
+        self._reaching: wiring.InputSet | None = None  # the inputs that reach the evolved comparators
         self._variation: dict[str, GenomeVariation] = {}
         self._pairs: dict[tuple[bytes, bytes], int] = {}  # prefetched counts by (host, parasite) genome
         self.prefetched = 0  # fitness calls answered from the prefetched counts (measurement)
 
     # ------------------------------------------------------------------------------------------ setup
     def setup(self) -> None:
-        options = self.options
-        self._prefix = wiring.hypercube_prefix(options.inputs, options.prefix_layers).to(self.context.device)
+        options, device = self.options, self.context.device
+        fixed = torch.tensor(options.prefix, dtype=torch.int64).reshape(-1, 2)
+        prefix = torch.cat([wiring.hypercube_prefix(options.inputs, options.prefix_layers), fixed])
+        self._prefix = wiring.normalise(prefix).to(device)
+        self._reaching = wiring.prefix_outputs(options.inputs, self._prefix, device)
+        if len(self._prefix):
+            self._prefix_used = wiring.exhaustive(self._prefix.unsqueeze(0), options.inputs)[1][0]
         self._variation = {
             "host": GenomeVariation(options.host, low=0, up=options.inputs - 1, path="problem.host"),
             "parasite": GenomeVariation(options.parasite, low=0, up=1, path="problem.parasite"),
@@ -147,6 +188,7 @@ class SortingNetworks(Problem["SortingNetworks.Options"]):
             "prefix_comparators": len(self._prefix),
             "evolved_comparators": options.comparators,
             "max_comparators": len(self._prefix) + options.comparators,
+            "inputs_reaching_evolved": self._reaching.vectors if self._reaching else 1 << options.inputs,
             "vectors_per_parasite": options.vectors,
             "best_known_comparators": BEST_KNOWN.get(options.inputs),
             "host_operators": f"{options.host.crossover.operator}, {options.host.mutation.operator}",
@@ -193,7 +235,8 @@ class SortingNetworks(Problem["SortingNetworks.Options"]):
 
     # ------------------------------------------------------------------------------------------ fitness
     def _networks(self, hosts: Sequence[nn.Module]) -> torch.Tensor:
-        return torch.stack([host.network() for host in hosts])  # type: ignore[operator]
+        """The hosts' evolved comparators, normalised (the prefix runs apart: :func:`wiring.through`)."""
+        return wiring.normalise(torch.stack([host.comparators for host in hosts]))  # type: ignore[misc]
 
     @staticmethod
     def _key(network: nn.Module) -> bytes:
@@ -227,7 +270,7 @@ class SortingNetworks(Problem["SortingNetworks.Options"]):
         vectors = torch.stack([parasites[key].vectors for key in parasite_row])  # type: ignore[misc]
         rows_h = torch.tensor([host_row[h] for h, _ in todo], device=networks.device)
         rows_p = torch.tensor([parasite_row[p] for _, p in todo], device=networks.device)
-        counts = wiring.pair_counts(networks[rows_h], vectors[rows_p])
+        counts = wiring.pair_counts(networks[rows_h], vectors[rows_p], self._prefix)
         self._pairs.update(zip(todo, counts.tolist(), strict=True))
 
     def _prefetched(self, hosts: Sequence[nn.Module], keys: Sequence[bytes]) -> torch.Tensor | None:
@@ -264,7 +307,7 @@ class SortingNetworks(Problem["SortingNetworks.Options"]):
             counts = self._prefetched([first[h] for h in hosts_needed], [keys[p] for p in columns])
             networks = None if counts is not None else self._networks([first[h] for h in hosts_needed])
             if networks is not None:
-                counts = wiring.sorted_counts(networks, parasites[columns])
+                counts = wiring.sorted_counts(networks, parasites[columns], self._prefix)
             assert counts is not None
             self.evaluations += len(hosts_needed) * len(columns) * vectors
             for i, h in enumerate(hosts_needed):
@@ -273,7 +316,38 @@ class SortingNetworks(Problem["SortingNetworks.Options"]):
                 self._verify_perfect([first[h] for h in hosts_needed], networks, counts, vectors)
         solved = torch.tensor([[row[key] for key in keys] for row in rows], dtype=torch.float32)
         share = solved.reshape(len(first), len(second)) / vectors
-        return 1.0 - share, share.T.contiguous()
+        host_loss = 1.0 - share
+        if self.options.secondary != "none" and "host" in score:
+            host_loss += self._parsimony(first, share).unsqueeze(1)
+        if self.options.parasite_fitness == "hosts":
+            passed = (share == 1.0).to(torch.float32)
+            return host_loss, (passed + share / (len(first) + 1)).T.contiguous()
+        return host_loss, share.T.contiguous()
+
+    def _parsimony(self, hosts: Sequence[nn.Module], share: torch.Tensor) -> torch.Tensor:
+        """Per host, less than one test vector's worth of loss (``1 / (vectors * parasites)``: the
+        resolution of the average over a row) growing with its size, so hosts that sort equally many
+        tests rank by it. A host that sorts all its tests is checked on every input (cached): if correct
+        its measure is its effective size (then, with ``size_depth``, depth as a fraction), if not one more
+        than any network can have; any other host's measure is its comparators that are not no-ops."""
+        cap = len(self._prefix) + self.options.comparators + 1
+        measures: list[float] = []
+        perfect = (share == 1.0).all(dim=1).tolist()
+        checked = iter(self._check([host for host, ok in zip(hosts, perfect, strict=True) if ok]))
+        total = 1 << self.options.inputs
+        for host, ok in zip(hosts, perfect, strict=True):
+            if ok:
+                inputs_sorted, size, layers = next(checked)
+                measure = float(size) if inputs_sorted == total else float(cap)
+                if self.options.secondary == "size_depth" and inputs_sorted == total:
+                    measure += layers / (cap + 1)
+            else:
+                pairs = host.comparators
+                assert isinstance(pairs, torch.Tensor)
+                measure = float(len(self._prefix) + int((pairs[:, 0] != pairs[:, 1]).sum()))
+            measures.append(measure)
+        resolution = 1.0 / (self.options.vectors * share.shape[1])
+        return torch.tensor(measures, dtype=torch.float32) / (cap + 1) * resolution
 
     def _verify_perfect(
         self, hosts: Sequence[nn.Module], networks: torch.Tensor | None, counts: torch.Tensor, vectors: int
@@ -283,23 +357,31 @@ class SortingNetworks(Problem["SortingNetworks.Options"]):
             self._check([hosts[i] for i in perfect], networks[perfect] if networks is not None else None)
 
     # ------------------------------------------------------------------------------------------ scores
-    def _check(self, hosts: Sequence[nn.Module], networks: torch.Tensor | None = None) -> list[tuple[int, int]]:
-        """Each host's ``(inputs sorted, effective comparators)`` over all ``2^inputs`` inputs, cached by
-        genome; a correct one is recorded in :attr:`found` at the current evaluation count."""
+    def _check(
+        self, hosts: Sequence[nn.Module], networks: torch.Tensor | None = None
+    ) -> list[tuple[int, int, int]]:
+        """Each host's ``(inputs sorted, effective comparators, depth)`` over all ``2^inputs`` inputs (run as
+        the prefix's distinct outputs through the evolved comparators), cached by genome; a correct one is
+        recorded in :attr:`found` at the current evaluation count. Effective: the prefix's comparators that
+        swap on some input and the evolved ones that swap on some input reaching them; the rest (no-ops,
+        redundant) are removed from the count, the depth and the recorded network."""
         keys = [bytes(host.comparators.cpu().numpy()) for host in hosts]  # type: ignore[operator]
         todo = [i for i, key in enumerate(keys) if key not in self._exhaustive]
         if todo:
             if len(self._exhaustive) + len(todo) > CACHE_LIMIT:
                 self._exhaustive.clear()
             stacked = networks[todo] if networks is not None else self._networks([hosts[i] for i in todo])
-            sorted_inputs, swaps = wiring.exhaustive(stacked, self.options.inputs)
+            sorted_inputs, swaps = wiring.exhaustive(stacked, self.options.inputs, over=self._reaching)
             self.checks += len(todo)
             total = 1 << self.options.inputs
+            prefix = self._prefix[self._prefix_used] if len(self._prefix) else self._prefix
             for j, i in enumerate(todo):
-                size = int(swaps[j].sum())
-                self._exhaustive[keys[i]] = (int(sorted_inputs[j]), size)
+                pruned = torch.cat([prefix, stacked[j][swaps[j]]])
+                size = len(pruned)
+                layers = wiring.depth(pruned.tolist(), self.options.inputs)
+                self._exhaustive[keys[i]] = (int(sorted_inputs[j]), size, layers)
                 if sorted_inputs[j] == total:
-                    self.found.record(self.evaluations, size, stacked[j][swaps[j]])
+                    self.found.record(self.evaluations, size, pruned, self.options.inputs)
         return [self._exhaustive[key] for key in keys]
 
     def evaluate(
@@ -310,23 +392,26 @@ class SortingNetworks(Problem["SortingNetworks.Options"]):
         ``sorted``: weighted share of inputs sorted; ``correct``, ``comparators``, ``best_sorted``: of the
         best member with weight (most inputs sorted, then fewest effective comparators); ``evaluations``:
         host-by-vector tests run so far in this process; ``found``, ``first_correct_at``,
-        ``smallest_correct`` and ``smallest_correct_at``: of every correct network verified in this process
-        (the ``_at`` keys in evaluations; 0 when none yet)."""
+        ``smallest_correct``, ``smallest_correct_at`` and ``smallest_correct_depth``: of every correct network
+        verified in this process (the ``_at`` keys in evaluations; 0 when none yet); ``depth``: the best
+        member's layers once pruned."""
         results = self._check(networks)
         total = 1 << self.options.inputs
         members = [i for i, w in enumerate(weights) if w > 0] or list(range(len(networks)))
-        best = max(members, key=lambda i: (results[i][0], -results[i][1]))
+        best = max(members, key=lambda i: (results[i][0], -results[i][1], -results[i][2]))
         mass = sum(weights) or 1.0
         return {
             "sorted": sum(w * r[0] / total for w, r in zip(weights, results, strict=True)) / mass,
             "best_sorted": results[best][0] / total,
             "correct": float(results[best][0] == total),
             "comparators": float(results[best][1]),
+            "depth": float(results[best][2]),
             "evaluations": float(self.evaluations),
             "found": float(bool(self.found.history)),
             "first_correct_at": float(self.found.first_at),
             "smallest_correct": float(self.found.best),
             "smallest_correct_at": float(self.found.best_at),
+            "smallest_correct_depth": float(self.found.depth),
         }
 
     def objective(self, metrics: Mapping[str, float]) -> float:

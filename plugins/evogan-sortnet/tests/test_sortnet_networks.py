@@ -7,11 +7,14 @@ import torch
 from evogan_sortnet.networks import (
     Host,
     all_inputs,
+    depth,
     exhaustive,
     hypercube_prefix,
     normalise,
     pack,
+    pair_counts,
     popcount,
+    prefix_outputs,
     sorted_counts,
     unpack,
 )
@@ -106,3 +109,52 @@ def test_the_hypercube_prefix_is_greens_first_32_comparators_for_16_inputs() -> 
     layers = prefix.reshape(4, 8, 2)
     assert all(sorted(layer.flatten().tolist()) == list(range(16)) for layer in layers)  # disjoint layers
     assert hypercube_prefix(8, 0).shape == (0, 2)
+
+
+def test_the_hypercube_prefix_works_on_blocks_where_inputs_are_no_power_of_two() -> None:
+    prefix = hypercube_prefix(12, 2)
+    assert prefix.shape == (12, 2)  # three blocks of 4, two layers each: 0-1 2-3 ..., then 0-2 1-3 ...
+    assert prefix[:6].tolist() == [[i, i + 1] for i in range(0, 12, 2)]
+    assert prefix[6:].tolist() == [[0, 2], [1, 3], [4, 6], [5, 7], [8, 10], [9, 11]]
+
+
+@pytest.mark.parametrize(("n", "layers", "distinct"), [(16, 4, 168), (12, 2, 216), (8, 3, 20), (6, 1, 27)])
+def test_the_prefix_outputs_are_its_distinct_binary_outputs_weighted_by_the_inputs_behind_them(
+    n: int, layers: int, distinct: int
+) -> None:
+    prefix = hypercube_prefix(n, layers)
+    reaching = prefix_outputs(n, prefix)
+    assert reaching.vectors == distinct and reaching.weights is not None
+    assert int(reaching.weights.sum()) == 1 << n == reaching.total  # Green's filter: 168 of 65,536
+    assert prefix_outputs(n, prefix[:0]).weights is None and prefix_outputs(n, prefix[:0]).vectors == 1 << n
+
+
+@pytest.mark.parametrize(("n", "layers"), [(8, 3), (12, 2), (6, 1)])
+def test_the_check_over_the_prefix_outputs_equals_the_whole_network_on_every_input(n: int, layers: int) -> None:
+    prefix = hypercube_prefix(n, layers)
+    length = n * (n - 1) // 2
+    suffixes = normalise(torch.randint(0, n, (5, length, 2), generator=torch.Generator().manual_seed(n)))
+    suffixes[0] = torch.tensor(bubble(n))  # sorts anything, so everything after the prefix too
+    whole = torch.cat([prefix.unsqueeze(0).expand(5, -1, -1), suffixes], dim=1)
+    done, swaps = exhaustive(whole, n)
+    over, over_swaps = exhaustive(suffixes, n, over=prefix_outputs(n, prefix))
+    assert torch.equal(done, over)
+    assert torch.equal(swaps[:, len(prefix) :], over_swaps)  # a comparator swaps on some input reaching it
+    assert bool(swaps[:, : len(prefix)].all())  # every hypercube comparator swaps on some input
+    assert int(done[0]) == 1 << n
+
+
+def test_counts_with_the_prefix_run_once_equal_the_whole_networks() -> None:
+    draw = torch.Generator().manual_seed(5)
+    prefix = normalise(hypercube_prefix(8, 2))
+    suffixes = normalise(torch.randint(0, 8, (4, 10, 2), generator=draw))
+    parasites = torch.randint(0, 2, (3, 70, 8), generator=draw).bool()
+    whole = torch.cat([prefix.unsqueeze(0).expand(4, -1, -1), suffixes], dim=1)
+    assert torch.equal(sorted_counts(suffixes, parasites, prefix), sorted_counts(whole, parasites))
+    rows = torch.tensor([0, 3, 1])
+    assert torch.equal(pair_counts(suffixes[rows], parasites, prefix), pair_counts(whole[rows], parasites))
+
+
+def test_depth_schedules_each_comparator_as_early_as_its_wires_allow() -> None:
+    assert depth(FOUR, 4) == 3 and depth([(0, 1), (2, 3), (1, 1)], 4) == 1 and depth([], 3) == 0
+    assert depth(odd_even_merge(8), 8) == 6 and depth(odd_even_merge(16), 16) == 10

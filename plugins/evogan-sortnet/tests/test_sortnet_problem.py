@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import torch
 from evogan_sortnet import SortingNetworks
-from evogan_sortnet.networks import Host
+from evogan_sortnet.networks import Host, Parasite
 from pydantic import ValidationError
 from sortnet_helpers import odd_even_merge, sorts
 from torch import nn
@@ -170,7 +170,7 @@ def test_fitness_verifies_hosts_that_pass_all_their_tests(registries) -> None:
     assert off.found.history == [] and off.checks == 0
 
 
-def test_the_prefix_is_prepended_and_needs_a_power_of_two(registries) -> None:
+def test_the_prefix_is_prepended_and_needs_blocks_that_divide_the_inputs(registries) -> None:
     made = problem(registries, inputs=16, comparators=28, vectors=4, prefix_layers=4)
     host = population(made, "host", 1, seed=0)[0]
     assert host.network().shape == (60, 2)  # type: ignore[operator]
@@ -178,11 +178,13 @@ def test_the_prefix_is_prepended_and_needs_a_power_of_two(registries) -> None:
     path = Path(__file__).resolve().parents[3] / "recipes" / "sortnet.toml"
     with pytest.raises(RecipeError) as caught:
         recipes.load(path, registries, ["problem.inputs=12"])
-    assert caught.value.lines == [
-        f"{path}: problem.prefix_layers: 4 hypercube layers asked, 12 inputs admit 0 (not a power of two)"
-    ]
+    assert caught.value.lines == [f"{path}: problem.prefix_layers: 4 hypercube layers asked, 12 inputs admit 2"]
     with pytest.raises(ValidationError, match="4 hypercube layers asked, 8 inputs admit 3"):
         problem(registries, inputs=8, prefix_layers=4)
+    with pytest.raises(ValidationError, match=r"1 hypercube layers asked, 7 inputs admit 0 \(odd\)"):
+        problem(registries, inputs=7, prefix_layers=1)
+    with pytest.raises(ValidationError, match=r"comparator \[2, 6\] has a wire outside 0..5"):
+        problem(registries, inputs=6, prefix=[[0, 1], [2, 6]])
 
 
 def test_the_shipped_recipe_validates(registries) -> None:
@@ -205,3 +207,56 @@ def test_defaults_follow_hillis_style_operators() -> None:
     assert (options.host.crossover.operator, options.host.mutation.operator) == ("cxTwoPoint", "mutUniformInt")
     assert (options.parasite.crossover.operator, options.parasite.mutation.operator) == ("cxTwoPoint", "mutFlipBit")
     assert options.host.mutation.arguments == {"indpb": 0.02}
+
+
+def test_a_prefixed_problem_scores_and_checks_as_its_whole_networks_would(registries) -> None:
+    made = problem(registries, inputs=8, comparators=12, vectors=9, prefix_layers=2, prefix=[[1, 2], [5, 6]])
+    assert made.describe()["prefix_comparators"] == 10 and made.describe()["inputs_reaching_evolved"] < 256
+    hosts, parasites = population(made, "host", 4, seed=1), population(made, "parasite", 3, seed=2)
+    host_loss, _ = made.fitness(hosts, parasites, None, generator=torch.Generator())
+    for h, host in enumerate(hosts):
+        network = host.network().tolist()  # type: ignore[operator]
+        for p, parasite in enumerate(parasites):
+            share = sum(sorts(network, v) for v in parasite.vectors.int().tolist()) / 9  # type: ignore[operator]
+            assert host_loss[h, p].item() == pytest.approx(1 - share)
+    rest = odd_even_merge(8)[8:]  # Batcher's 8-sorter after its first 8 comparators (a 2-layer hypercube)
+    batcher = Host(torch.tensor(rest), made._prefix)
+    plain = problem(registries, inputs=8, comparators=19, vectors=9)
+    whole = Host(torch.tensor(odd_even_merge(8)), torch.empty(0, 2, dtype=torch.int64))
+    prefixed = problem(registries, inputs=8, comparators=11, vectors=9, prefix_layers=2)
+    assert prefixed.evaluate([batcher], [1.0], generator=torch.Generator()) == pytest.approx(
+        plain.evaluate([whole], [1.0], generator=torch.Generator())
+    )
+    assert prefixed.found.smallest == [list(pair) for pair in odd_even_merge(8)[:8]] + [list(p) for p in rest]
+
+
+def test_size_as_secondary_objective_ranks_equally_scored_hosts_correct_then_smaller(registries) -> None:
+    settings = {"inputs": 8, "comparators": 21, "vectors": 6}
+    made = problem(registries, **settings, secondary="size_depth")
+    batcher = odd_even_merge(8)
+    no_op = torch.empty(0, 2, dtype=torch.int64)
+    small = Host(torch.tensor([*batcher, (1, 1), (2, 2)]), no_op)  # 19 effective
+    large = Host(torch.tensor([*batcher, (0, 1), (3, 4)]), no_op)  # 21 comparators, 19 effective + 2 redundant
+    larger = Host(torch.tensor([(0, 7), (0, 7), *batcher]), no_op)  # 20 effective: (0, 7) swaps, its duplicate never
+    broken = Host(torch.tensor([*batcher[:-1], (3, 3), (3, 3), (3, 3)]), no_op)  # not correct
+    parasites = [Parasite(torch.tensor([[0] * 8] * 6, dtype=torch.bool))]  # every host sorts all of it
+    loss, parasite_loss = made.fitness([small, large, larger, broken], parasites, None, generator=torch.Generator())
+    assert loss[0, 0] == loss[1, 0] < loss[2, 0] < loss[3, 0] < 1 / 6  # redundant comparators cost nothing
+    assert torch.equal(parasite_loss, torch.ones(1, 4))
+    plain = problem(registries, **settings)
+    assert bool((plain.fitness([small, broken], parasites, None, generator=torch.Generator())[0] == 0).all())
+    one_wrong = [Parasite(torch.tensor([[1, 0, 0, 0, 0, 0, 0, 0]] * 6, dtype=torch.bool))]
+    wrong = Host(torch.tensor([(3, 3)] * 21), no_op)  # sorts nothing with a 1 above a 0
+    loss, _ = made.fitness([small, wrong], one_wrong, None, generator=torch.Generator())
+    assert loss[1, 0] > 1 - 1e-6 and loss[0, 0] < 1 / 6  # a failed vector outweighs any size
+
+
+def test_parasites_scored_by_the_hosts_that_fail_them(registries) -> None:
+    made = problem(registries, inputs=6, comparators=14, vectors=9, parasite_fitness="hosts")
+    hosts, parasites = population(made, "host", 4, seed=1), population(made, "parasite", 3, seed=2)
+    host_loss, parasite_loss = made.fitness(hosts, parasites, None, generator=torch.Generator())
+    share = 1 - host_loss.T
+    assert torch.allclose(parasite_loss, (share == 1).float() + share / 5)
+    assert torch.equal(host_loss, problem(registries, inputs=6, comparators=14, vectors=9).fitness(
+        hosts, parasites, None, generator=torch.Generator()
+    )[0])
