@@ -173,11 +173,14 @@ def test_the_0_2_layout_loads_with_one_warning_per_table_and_gives_the_same_reci
 
 def test_a_0_2_recipe_trains_as_it_did(tmp_path: Path) -> None:
     from test_run import metrics, run
+    from test_vectorized import assert_close
 
     with pytest.warns(FutureWarning) as caught:
         run_dir = run(FROZEN_0_2, "run.generations=2", f"run.output_dir={json.dumps(str(tmp_path))}")
     assert moved(list(caught)) == ["[mutation]", "[pairing]", "[sparsity]"]
-    assert metrics(run_dir) == json.loads(FROZEN_0_2_RECORDS.read_text())
+    # Close, not equal: the frozen records were written on one CPU; another's kernels round differently
+    # (1.7e-7 relative measured between AVX2 and AVX-512), while a changed recipe moves them by percents.
+    assert_close(metrics(run_dir), json.loads(FROZEN_0_2_RECORDS.read_text()), rel_tol=1e-5)
 
 
 @pytest.mark.parametrize(

@@ -40,18 +40,25 @@ from evogan.registry import Registries
 from evogan.runtime.single import prepare, run_in_process
 
 ROOT = Path(__file__).resolve().parents[1]
-TOLERANCE = 1e-4  # relative, on every number of a record (losses, learning rates, mixture weights)
+# Relative, on every number of a record (losses, learning rates, mixture weights). The stacked and looped
+# paths sum in different orders, and AVX-512 and AVX2 kernels round differently: after a few steps a loss
+# differs by up to 1.8e-4 relative on an AVX-512 machine, while a real defect moves it by whole percents.
+TOLERANCE = 1e-3
 VECTORISED, LOOPED = "run.vectorize=true", "run.vectorize=false"
 BATCHED = "fitness: all-vs-all as one batched evaluation per cell"
 
 
-def assert_close(left: Any, right: Any, path: str = "") -> None:
+def assert_close(left: Any, right: Any, path: str = "", rel_tol: float = TOLERANCE) -> None:
     if isinstance(left, dict):
         assert left.keys() == right.keys(), path
         for key in left:
-            assert_close(left[key], right[key], f"{path}.{key}")
+            assert_close(left[key], right[key], f"{path}.{key}", rel_tol)
+    elif isinstance(left, list):
+        assert len(left) == len(right), path
+        for index, (a, b) in enumerate(zip(left, right, strict=True)):
+            assert_close(a, b, f"{path}[{index}]", rel_tol)
     elif isinstance(left, float):
-        assert math.isclose(left, right, rel_tol=TOLERANCE, abs_tol=1e-6), f"{path}: {left} vs {right}"
+        assert math.isclose(left, right, rel_tol=rel_tol, abs_tol=1e-6), f"{path}: {left} vs {right}"
     else:
         assert left == right, path
 
@@ -418,8 +425,9 @@ CONTROLLERS = {
     ),
 }
 # The balance ratio (fG - fD) / (r - fD) divides differences of nearly equal mean logits: rounding of the
-# logits (1e-7) moves it by up to about 1e-5 absolute, beyond the relative tolerance near 0.
-BR_TOLERANCE = 1e-5
+# logits (1e-7) moves it by up to about 1e-5 absolute on one machine and 6.7e-5 between AVX-512 and AVX2
+# kernels, beyond the relative tolerance near 0.
+BR_TOLERANCE = 2e-4
 
 
 def assert_sparse_close(left: dict[str, Any], right: dict[str, Any]) -> None:
