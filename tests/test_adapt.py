@@ -48,7 +48,8 @@ def feed(ctrl: Any, g: FakeIndividual, d: FakeIndividual, samples: list[tuple[fl
 
 
 def adapt(cls: type = builtin.AdaptRelax, **options: Any) -> tuple[Any, FakeIndividual, FakeIndividual]:
-    base = dict(density_g=0.3, density_d=0.3, br_freq=1, da_iters=4, d_interval=4, g_interval=1000)
+    # fallback_after 0: the band-rule tests walk D to its bounds on purpose (the fallback has its own tests)
+    base = dict(density_g=0.3, density_d=0.3, br_freq=1, da_iters=4, d_interval=4, g_interval=1000, fallback_after=0)
     ctrl = make(cls, **{**base, **options})
     g, d = pair()
     ctrl.prepare(g, stream=rng(0))
@@ -182,6 +183,46 @@ def test_without_verify_a_falling_br_walks_d_to_the_floor() -> None:
     ctrl, g, d = adapt(da_iters=2, d_interval=2)
     feed(ctrl, g, d, windows(0.3, 0.2, 0.1, 0.05, 0.02, 0.01))
     assert d.sparse["density"] == pytest.approx(0.05)
+
+
+# ------------------------------------------------------------------------------------------ records, fallback
+def test_every_decision_is_counted_in_the_records() -> None:
+    ctrl, g, d = adapt(da_iters=2, d_interval=2, verify="shrink")
+    # 0.30 -> 0.35 (raise), hold (in band), 0.30 and 0.25 (lowerings; BR rose after the first), undone back to
+    # 0.30 (BR fell), then blocked at that floor
+    feed(ctrl, g, d, windows(0.9, 0.5, 0.1, 0.2, 0.1, 0.1))
+    m = ctrl.metrics(g, d)
+    assert (m["adapt_decisions"], m["adapt_raises"], m["adapt_lowerings"]) == (6, 1, 2)
+    assert (m["adapt_undos"], m["adapt_blocked"], m["adapt_static"]) == (1, 1, 0)
+    assert m["br_in_band"] == pytest.approx(1 / 6) and "br" in m
+    assert d.sparse["density"] == pytest.approx(0.30)
+
+
+def test_br_that_does_not_answer_the_density_falls_back_to_static() -> None:
+    ctrl, g, d = adapt(da_iters=2, d_interval=2, verify="shrink", fallback_after=3)
+    state = d.sparse["balance"]
+    feed(ctrl, g, d, windows(0.1, 0.1))  # lower 0.30 -> 0.25; BR did not rise: undone (1), floor 0.30
+    feed(ctrl, g, d, windows(0.1))  # too strong at the floor: blocked (2)
+    assert not state["static"] and state["unanswered"] == 2
+    feed(ctrl, g, d, windows(0.1))  # blocked (3): falls back
+    assert state["static"] and state["static_from"] == state["clock"] == 8
+    samples, mask = state["samples"], d.sparse["masks"]
+    feed(ctrl, g, d, windows(0.9, 0.9, 0.9))  # D too weak now, but the controller no longer acts
+    assert state["decisions"] == 4 and state["samples"] == samples and state["clock"] == 8
+    assert d.sparse["density"] == pytest.approx(0.30) and d.sparse["masks"] is mask
+    m = ctrl.metrics(g, d)
+    assert m["adapt_static"] == 1 and "br" not in m  # the window stopped filling: no stale BR in the records
+
+
+def test_a_move_that_acts_resets_the_count_toward_the_fallback() -> None:
+    ctrl, g, d = adapt(da_iters=2, d_interval=2, verify="shrink", fallback_after=2, density_min=0.25)
+    state = d.sparse["balance"]
+    feed(ctrl, g, d, windows(0.1, 0.2))  # lower to 0.25, BR rose: acted; at 0.25 = density_min: blocked (1)
+    assert state["unanswered"] == 1 and d.sparse["density"] == pytest.approx(0.25)
+    feed(ctrl, g, d, windows(0.5))  # in band: the count starts again
+    assert state["unanswered"] == 0 and not state["static"]
+    feed(ctrl, g, d, windows(0.1, 0.1))  # blocked twice at density_min: falls back
+    assert state["static"] and state["blocked"] == 3
 
 
 # ------------------------------------------------------------------------------------------ grid bookkeeping

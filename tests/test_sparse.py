@@ -503,7 +503,15 @@ def test_adapt_end_to_end_flags_and_decides_on_the_d_step() -> None:
         "flops_dense",
         "flops_ratio",
         "flops_br",
+        "adapt_decisions",
+        "adapt_raises",
+        "adapt_lowerings",
+        "adapt_undos",
+        "adapt_blocked",
+        "adapt_static",
+        "br_in_band",
     }
+    assert metrics["adapt_decisions"] == 2 and metrics["adapt_static"] == 0
     assert all(isinstance(v, float) and math.isfinite(v) for v in metrics.values())
     assert metrics["flops_br"] > 0 and 0 < metrics["flops_ratio"] < 1
 

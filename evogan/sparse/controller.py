@@ -169,6 +169,8 @@ class MaskedController(SparsityController[StaticOptions]):
         """One G step of the cell on ``discriminator``'s balance clock; ``d_cost`` when the step faced it."""
         o = self.opts
         state = _state.state_of(discriminator)["balance"]
+        if state.get("static"):
+            return  # fell back to static sparsity: no samples, no decisions
         size = balance.window_size(o.da_iters, o.br_freq) if o.br_freq else 0
         state["clock"] += 1
         if o.br_freq and state["clock"] % o.br_freq == 0:
@@ -261,8 +263,10 @@ class MaskedController(SparsityController[StaticOptions]):
             "density_d": _masks.overall_density(_state.masks_of(discriminator)),
         }
         state = ds.get("balance") or {}
-        if state.get("window"):
+        if state.get("window") and not state.get("static"):  # after a fallback the window is stale
             out["br"] = balance.balance_ratio(state["window"], eps=o.br_eps, clip=o.br_clip)
+        if self.adapt and isinstance(o, AdaptOptions) and state:
+            out.update(_decision_metrics(state))
         if self.adapt and isinstance(o, AdaptOptions):
             band = (o.br_lower, o.br_upper) if o.calibrate is None else state.get("band")
             if band:
@@ -302,14 +306,19 @@ class MaskedController(SparsityController[StaticOptions]):
         # The last move did not act on BR: back to the density it started from (the mask is resized by the
         # growth rule, not restored), and no new move at this decision.
         if undo is not None:
-            density = undo
+            move, density = "undo", undo
         elif br >= upper and density < high:
             state["last_move"] = [1, br, density]
-            density = min(high, round(density + o.density_step, 9))
+            move, density = "raise", min(high, round(density + o.density_step, 9))
         elif br <= lower and density > low:
             state["last_move"] = [-1, br, density]
-            density = max(low, round(density - o.density_step, 9))
+            move, density = "lower", max(low, round(density - o.density_step, 9))
         elif br >= upper and self.strict:
+            move = "dst"
+        else:
+            move = "blocked" if br >= upper or br <= lower else "hold"
+        _count_decision(o, state, br, (lower, upper), move)
+        if move == "dst":
             assert isinstance(o, AdaptStrictOptions)
             # Progress in G steps on the balance clock, like total_steps: D steps run n_critic (or
             # 1 / (d_skip + 1)) times as fast, and the paper's D schedule spans the whole run.
@@ -318,7 +327,7 @@ class MaskedController(SparsityController[StaticOptions]):
             new, _ = dst.prune_and_grow(params, masks, fraction, **update)
             _set_masks(discriminator, new)
             return
-        else:
+        if move in ("blocked", "hold"):
             return
         ds["density"] = density
         target = round(density * _masks.total_count(masks))
@@ -347,6 +356,38 @@ class MaskedController(SparsityController[StaticOptions]):
         return None
 
 
+def _count_decision(
+    o: AdaptOptions, state: dict[str, Any], br: float, band: tuple[float, float], move: str
+) -> None:
+    """Count a decision by what it did (``move``: "raise", "lower", "undo", "blocked", "dst" or "hold");
+    after ``fallback_after`` decisions in a row that could not act on BR (undone, or blocked at a density
+    bound), the controller falls back to static sparsity from this G step on."""
+    if band[0] < br < band[1]:
+        state["in_band"] = state.get("in_band", 0) + 1
+    counter = {"raise": "raises", "lower": "lowerings", "undo": "undos", "blocked": "blocked"}.get(move)
+    if counter:
+        state[counter] = state.get(counter, 0) + 1
+    state["unanswered"] = state.get("unanswered", 0) + 1 if move in ("undo", "blocked") else 0
+    if o.fallback_after and state["unanswered"] >= o.fallback_after:
+        state["static"], state["static_from"] = True, int(state["clock"])
+
+
+def _decision_metrics(state: Mapping[str, Any]) -> dict[str, float]:
+    """The decision counters as records (zero in states checkpointed before they existed)."""
+    decisions = int(state.get("decisions", 0))
+    out = {
+        "adapt_decisions": float(decisions),
+        "adapt_raises": float(state.get("raises", 0)),
+        "adapt_lowerings": float(state.get("lowerings", 0)),
+        "adapt_undos": float(state.get("undos", 0)),
+        "adapt_blocked": float(state.get("blocked", 0)),
+        "adapt_static": float(bool(state.get("static"))),
+    }
+    if decisions:
+        out["br_in_band"] = state.get("in_band", 0) / decisions
+    return out
+
+
 def _density_bounds(o: AdaptOptions, state: dict[str, Any]) -> tuple[float, float]:
     """D's density range: the options' bounds, narrowed by what ``verify`` learnt (absent from states
     checkpointed before ``verify`` existed)."""
@@ -367,6 +408,14 @@ def new_balance() -> dict[str, Any]:
         "last_move": None,  # verify: [direction, BR before it, density before it]
         "floor": 0.0,  # verify: D's density bounds learnt from moves that did not act on BR
         "ceiling": 1.0,
+        # what the decisions did (records), and the fallback to static sparsity (fallback_after)
+        "in_band": 0,
+        "raises": 0,
+        "lowerings": 0,
+        "undos": 0,
+        "blocked": 0,
+        "unanswered": 0,
+        "static": False,
     }
 
 

@@ -155,6 +155,14 @@ class AdaptOptions(DstOptions):
         "raisings (a ceiling); 'off': the paper's rule.",
     )
 
+    fallback_after: int = Field(
+        3,
+        ge=0,
+        description="Fall back to static sparsity after this many decisions in a row that could not act on BR "
+        "(a move that verify undid, or BR out of its band with D's density at its bound): D keeps its density "
+        "and mask, BR sampling stops, and the records say so (adapt_static = 1); 0: never.",
+    )
+
     @model_validator(mode="before")
     @classmethod
     def _flat_band_keys(cls, data: Any) -> Any:

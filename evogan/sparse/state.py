@@ -26,8 +26,9 @@ if TYPE_CHECKING:
 # ``cost`` ([sparse, dense] at the current masks), ``ledger`` (FLOPs totals). Discriminators add ``batch``, ``g_cost``
 # (for D-step accounting) and ``balance``: ``clock`` (the cell's G steps since the lineage began), ``due`` and
 # ``samples`` (BR samples), ``window`` ([fG, fD, r]), ``pending``, ``decisions``, ``br``, ``calibration``, ``band``,
-# ``warmup_end``, and for ``verify`` ``last_move``, ``floor``, ``ceiling``. With ``sema``: name -> averaged tensor
-# (a generator's; never sent to neighbours).
+# ``warmup_end``, for ``verify`` ``last_move``, ``floor``, ``ceiling``, the decision counters ``in_band``,
+# ``raises``, ``lowerings``, ``undos``, ``blocked``, ``unanswered``, and ``static`` (with ``static_from``).
+# With ``sema``: name -> averaged tensor (a generator's; never sent to neighbours).
 FORMAT = 2  # 2: balance state per lineage (issue 10)
 
 
