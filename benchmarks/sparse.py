@@ -159,6 +159,9 @@ def one_run(variant: str, density: float, seed: int, args: argparse.Namespace, o
         "br_band": [r.get("sparsity", {}).get("br_lower", math.nan) for r in records][-1:]
         + [r.get("sparsity", {}).get("br_upper", math.nan) for r in records][-1:],
         "density_d": d_path,
+        # what ADAPT's decisions did, from the last record (issue 41), and the generation it fell back at
+        "decisions": {k: v for k, v in sparse.items() if k.startswith("adapt_") or k == "br_in_band"},
+        "static_from": next((i + 1 for i, r in enumerate(records) if r.get("sparsity", {}).get("adapt_static")), None),
         "set": list(args.set),
         "density_d_start": density if args.density_d is None else args.density_d,  # as asked (d_D: as built)
         "hidden": args.hidden,
@@ -214,14 +217,27 @@ def report(results: list[dict[str, Any]], every: int) -> str:
                 line += " | d_D " + " ".join(f"{r['density_d'][i]:.2f}" for i in picks)
                 if "calibrate" in VARIANTS[method][1] and r["br_band"]:
                     line += f" | band [{fmt(r['br_band'][0], 3)}, {fmt(r['br_band'][1], 3)}]"
+                line += _decisions(r)
             lines.append(line)
     return "\n".join(lines)
 
 
+def _decisions(run: dict[str, Any]) -> str:
+    """ADAPT's decision counts (runs recorded before issue 41 have none)."""
+    d = run.get("decisions") or {}
+    if not d:
+        return ""
+    counts = ", ".join(f"{int(d.get('adapt_' + k, 0))} {k}" for k in ("raises", "lowerings", "undos", "blocked"))
+    line = f" | {int(d.get('adapt_decisions', 0))} decisions: {counts}; BR in band {100 * d.get('br_in_band', 0):.0f} %"
+    return line + (f"; static from generation {run['static_from']}" if run.get("static_from") else "")
+
+
 def _apart(run: dict[str, Any]) -> str:
-    """What sets a run apart beyond its method and grid: a D density apart from G's, and --set."""
+    """What sets a run apart beyond its method and grid: a D density apart from G's, a width other than
+    640, and --set."""
     initial_d = run.get("density_d_start", run["density_g"])
     extra = f" d_D {initial_d:.0%}" if VARIANTS[run["variant"]][0] == "static" and initial_d != run["density_g"] else ""
+    extra += f" width {run['hidden']}" if run.get("hidden", 640) != 640 else ""
     return extra + "".join(f" {o}" for o in run.get("set", []))
 
 
