@@ -203,9 +203,9 @@ def test_br_that_does_not_answer_the_density_falls_back_to_static() -> None:
     state = d.sparse["balance"]
     feed(ctrl, g, d, windows(0.1, 0.1))  # lower 0.30 -> 0.25; BR did not rise: undone (1), floor 0.30
     feed(ctrl, g, d, windows(0.1))  # too strong at the floor: blocked (2)
-    assert not state["static"] and state["unanswered"] == 2
+    assert not state["fell_back"] and state["unanswered"] == 2
     feed(ctrl, g, d, windows(0.1))  # blocked (3): falls back
-    assert state["static"] and state["static_from"] == state["clock"] == 8
+    assert state["fell_back"] and state["fell_back_at"] == state["clock"] == 8
     samples, mask = state["samples"], d.sparse["masks"]
     feed(ctrl, g, d, windows(0.9, 0.9, 0.9))  # D too weak now, but the controller no longer acts
     assert state["decisions"] == 4 and state["samples"] == samples and state["clock"] == 8
@@ -220,9 +220,9 @@ def test_a_move_that_acts_resets_the_count_toward_the_fallback() -> None:
     feed(ctrl, g, d, windows(0.1, 0.2))  # lower to 0.25, BR rose: acted; at 0.25 = density_min: blocked (1)
     assert state["unanswered"] == 1 and d.sparse["density"] == pytest.approx(0.25)
     feed(ctrl, g, d, windows(0.5))  # in band: the count starts again
-    assert state["unanswered"] == 0 and not state["static"]
+    assert state["unanswered"] == 0 and not state["fell_back"]
     feed(ctrl, g, d, windows(0.1, 0.1))  # blocked twice at density_min: falls back
-    assert state["static"] and state["blocked"] == 3
+    assert state["fell_back"] and state["blocked"] == 3
 
 
 # ------------------------------------------------------------------------------------------ grid bookkeeping

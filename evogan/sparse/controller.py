@@ -169,7 +169,7 @@ class MaskedController(SparsityController[StaticOptions]):
         """One G step of the cell on ``discriminator``'s balance clock; ``d_cost`` when the step faced it."""
         o = self.opts
         state = _state.state_of(discriminator)["balance"]
-        if state.get("static"):
+        if state.get("fell_back"):
             return  # fell back to static sparsity: no samples, no decisions
         size = balance.window_size(o.da_iters, o.br_freq) if o.br_freq else 0
         state["clock"] += 1
@@ -263,7 +263,7 @@ class MaskedController(SparsityController[StaticOptions]):
             "density_d": _masks.overall_density(_state.masks_of(discriminator)),
         }
         state = ds.get("balance") or {}
-        if state.get("window") and not state.get("static"):  # after a fallback the window is stale
+        if state.get("window") and not state.get("fell_back"):  # after a fallback the window is stale
             out["br"] = balance.balance_ratio(state["window"], eps=o.br_eps, clip=o.br_clip)
         if self.adapt and isinstance(o, AdaptOptions) and state:
             out.update(_decision_metrics(state))
@@ -369,7 +369,7 @@ def _count_decision(
         state[counter] = state.get(counter, 0) + 1
     state["unanswered"] = state.get("unanswered", 0) + 1 if move in ("undo", "blocked") else 0
     if o.fallback_after and state["unanswered"] >= o.fallback_after:
-        state["static"], state["static_from"] = True, int(state["clock"])
+        state["fell_back"], state["fell_back_at"] = True, int(state["clock"])
 
 
 def _decision_metrics(state: Mapping[str, Any]) -> dict[str, float]:
@@ -381,7 +381,7 @@ def _decision_metrics(state: Mapping[str, Any]) -> dict[str, float]:
         "adapt_lowerings": float(state.get("lowerings", 0)),
         "adapt_undos": float(state.get("undos", 0)),
         "adapt_blocked": float(state.get("blocked", 0)),
-        "adapt_static": float(bool(state.get("static"))),
+        "adapt_static": float(bool(state.get("fell_back"))),
     }
     if decisions:
         out["br_in_band"] = state.get("in_band", 0) / decisions
@@ -415,7 +415,7 @@ def new_balance() -> dict[str, Any]:
         "undos": 0,
         "blocked": 0,
         "unanswered": 0,
-        "static": False,
+        "fell_back": False,
     }
 
 

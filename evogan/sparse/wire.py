@@ -101,9 +101,9 @@ _COUNTED = tuple(NetworkFlops().to_state())
 _BALANCE = _fields(
     {
         **dict.fromkeys(("clock", "samples", "due", "decisions", "warmup_end"), is_count),
-        **dict.fromkeys(("in_band", "raises", "lowerings", "undos", "blocked", "unanswered", "static_from"), is_count),
+        **dict.fromkeys(("in_band", "raises", "lowerings", "undos", "blocked", "unanswered", "fell_back_at"), is_count),
         "window": _list(_list(_number, 3)),
-        **dict.fromkeys(("pending", "static"), lambda v: type(v) is bool),
+        **dict.fromkeys(("pending", "fell_back"), lambda v: type(v) is bool),
         "calibration": _list(_number),
         "band": _optional(_PAIR),
         "last_move": _optional(_list(_number, 3)),
