@@ -229,7 +229,21 @@ def _decisions(run: dict[str, Any]) -> str:
         return ""
     counts = ", ".join(f"{int(d.get('adapt_' + k, 0))} {k}" for k in ("raises", "lowerings", "undos", "blocked"))
     line = f" | {int(d.get('adapt_decisions', 0))} decisions: {counts}; BR in band {100 * d.get('br_in_band', 0):.0f} %"
+    inside, measured, after = _in_band(run)
+    line += f" of decisions, at {inside} of {measured} records after the warm-up ({after} generations)"
     return line + (f"; static from generation {run['static_from']}" if run.get("static_from") else "")
+
+
+def _in_band(run: dict[str, Any]) -> tuple[int, int, int]:
+    """BR inside the final band in how many of the per-generation records after the calibration's warm-up
+    (the issue's measure): (inside, with a BR at all, generations after the warm-up). Records after a
+    fallback carry no BR."""
+    lower, upper = run["br_band"] or (math.nan, math.nan)
+    per_generation = run["steps"] // len(run["br"])
+    warmup = 2 * max(1, run["steps"] // 15) if "calibrate" in VARIANTS[run["variant"]][1] else 0
+    after = run["br"][math.ceil(warmup / per_generation) :]
+    measured = [b for b in after if not math.isnan(b)]
+    return sum(lower < b < upper for b in measured), len(measured), len(after)
 
 
 def _apart(run: dict[str, Any]) -> str:
