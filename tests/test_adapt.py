@@ -151,6 +151,18 @@ def test_verify_shrink_undoes_a_lowering_that_did_not_raise_br_and_keeps_its_flo
     assert d.sparse["density"] == pytest.approx(0.35)
 
 
+def test_verify_after_holds_the_density_and_checks_the_move_later() -> None:
+    ctrl, g, d = adapt(da_iters=2, d_interval=2, verify="shrink", verify_after=3)
+    state = d.sparse["balance"]
+    feed(ctrl, g, d, windows(0.1, 0.1, 0.1))  # lower 0.30 -> 0.25, then two decisions wait for BR to answer
+    assert d.sparse["density"] == pytest.approx(0.25) and state["decisions"] == 3 and state["unanswered"] == 0
+    feed(ctrl, g, d, windows(0.2))  # three decisions on, BR rose by the half-width: kept, and lowered again
+    assert d.sparse["density"] == pytest.approx(0.20) and state["lowerings"] == 2
+    feed(ctrl, g, d, windows(0.2, 0.2, 0.15))  # waited twice; then BR fell: undone, 0.25 is the floor
+    assert d.sparse["density"] == pytest.approx(0.25) and state["floor"] == pytest.approx(0.25)
+    assert state["undos"] == 1 and state["in_band"] == 0
+
+
 @pytest.mark.parametrize(
     ("after", "kept"),
     [(0.14, False), (0.151, True), (0.5, True)],  # band [0.45, 0.55]: half-width 0.05

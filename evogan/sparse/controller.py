@@ -293,6 +293,10 @@ class MaskedController(SparsityController[StaticOptions]):
         state["decisions"] += 1
         lower, upper = (o.br_lower, o.br_upper) if o.calibrate is None else state["band"]
         density = float(ds["density"])
+        moved_at = int(state.get("moved_at", state["decisions"] - 1))
+        if o.verify != "off" and state.get("last_move") and state["decisions"] - moved_at < o.verify_after:
+            _count_decision(o, state, br, (lower, upper), "wait")  # the last move's effect is not due yet
+            return
         undo = self._verify_last_move(state, br, lower, upper)
         low, high = _density_bounds(o, state)
         state["last_move"] = None
@@ -308,10 +312,10 @@ class MaskedController(SparsityController[StaticOptions]):
         if undo is not None:
             move, density = "undo", undo
         elif br >= upper and density < high:
-            state["last_move"] = [1, br, density]
+            state["last_move"], state["moved_at"] = [1, br, density], state["decisions"]
             move, density = "raise", min(high, round(density + o.density_step, 9))
         elif br <= lower and density > low:
-            state["last_move"] = [-1, br, density]
+            state["last_move"], state["moved_at"] = [-1, br, density], state["decisions"]
             move, density = "lower", max(low, round(density - o.density_step, 9))
         elif br >= upper and self.strict:
             move = "dst"
@@ -359,11 +363,14 @@ class MaskedController(SparsityController[StaticOptions]):
 def _count_decision(
     o: AdaptOptions, state: dict[str, Any], br: float, band: tuple[float, float], move: str
 ) -> None:
-    """Count a decision by what it did (``move``: "raise", "lower", "undo", "blocked", "dst" or "hold");
-    after ``fallback_after`` decisions in a row that could not act on BR (undone, or blocked at a density
-    bound), the controller falls back to static sparsity from this G step on."""
+    """Count a decision by what it did (``move``: "raise", "lower", "undo", "blocked", "dst", "hold" or
+    "wait" for a move's check); after ``fallback_after`` decisions in a row that could not act on BR
+    (undone, or blocked at a density bound), the controller falls back to static sparsity from this G
+    step on."""
     if band[0] < br < band[1]:
         state["in_band"] = state.get("in_band", 0) + 1
+    if move == "wait":
+        return
     counter = {"raise": "raises", "lower": "lowerings", "undo": "undos", "blocked": "blocked"}.get(move)
     if counter:
         state[counter] = state.get(counter, 0) + 1
@@ -406,6 +413,7 @@ def new_balance() -> dict[str, Any]:
         "calibration": [],
         "band": None,
         "last_move": None,  # verify: [direction, BR before it, density before it]
+        "moved_at": 0,  # verify: the decision that made it
         "floor": 0.0,  # verify: D's density bounds learnt from moves that did not act on BR
         "ceiling": 1.0,
         # what the decisions did (records), and the fallback to static sparsity (fallback_after)

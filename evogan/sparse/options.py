@@ -155,6 +155,13 @@ class AdaptOptions(DstOptions):
         "raisings (a ceiling); 'off': the paper's rule.",
     )
 
+    verify_after: int = Field(
+        1,
+        ge=1,
+        description="With verify: check a move this many decisions after it, holding D's density in between "
+        "(on the MNIST pair BR answers a density change two or three decisions late: benchmarks/RESULTS.md, "
+        "issue 41); 1: at the next decision.",
+    )
     fallback_after: int = Field(
         3,
         ge=0,

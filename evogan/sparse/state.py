@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 # ``cost`` ([sparse, dense] at the current masks), ``ledger`` (FLOPs totals). Discriminators add ``batch``, ``g_cost``
 # (for D-step accounting) and ``balance``: ``clock`` (the cell's G steps since the lineage began), ``due`` and
 # ``samples`` (BR samples), ``window`` ([fG, fD, r]), ``pending``, ``decisions``, ``br``, ``calibration``, ``band``,
-# ``warmup_end``, for ``verify`` ``last_move``, ``floor``, ``ceiling``, the decision counters ``in_band``,
+# ``warmup_end``, for ``verify`` ``last_move``, ``moved_at``, ``floor``, ``ceiling``, the decision counters ``in_band``,
 # ``raises``, ``lowerings``, ``undos``, ``blocked``, ``unanswered``, and ``fell_back`` (with ``fell_back_at``, a clock).
 # With ``sema``: name -> averaged tensor (a generator's; never sent to neighbours).
 FORMAT = 2  # 2: balance state per lineage (issue 10)

@@ -101,7 +101,9 @@ _COUNTED = tuple(NetworkFlops().to_state())
 _BALANCE = _fields(
     {
         **dict.fromkeys(("clock", "samples", "due", "decisions", "warmup_end"), is_count),
-        **dict.fromkeys(("in_band", "raises", "lowerings", "undos", "blocked", "unanswered", "fell_back_at"), is_count),
+        **dict.fromkeys(
+            ("in_band", "raises", "lowerings", "undos", "blocked", "unanswered", "fell_back_at", "moved_at"), is_count
+        ),
         "window": _list(_list(_number, 3)),
         **dict.fromkeys(("pending", "fell_back"), lambda v: type(v) is bool),
         "calibration": _list(_number),
