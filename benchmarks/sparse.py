@@ -72,13 +72,18 @@ VARIANTS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
 }
 
 
+def decision_interval(steps: int) -> int:
+    """G steps between D decisions: 15 decisions per run (paper: 100); the calibrated band's warm-up is two."""
+    return max(1, steps // 15)
+
+
 def sparsity_table(variant: str, density: float, steps: int, density_d: float | None = None) -> str:
     """The ``problem.sparsity`` override: the paper's intervals rescaled to ``steps`` G steps."""
     use, extra, _ = VARIANTS[variant]
     if use == "dense":
         return '{use="dense"}'
     g_interval = max(1, steps // 20)  # 20 G mask updates per run (paper: 200 over 100k)
-    d_interval = max(1, steps // 15)  # 15 D decisions (paper: 100); strict: dT_D doubled, as the paper
+    d_interval = decision_interval(steps)  # strict: dT_D doubled, as the paper
     br_freq = min(5, d_interval)  # window of d_interval / 5 samples for both (paper: 100 for both)
     fields = [f'use="{use}"', f"density_g={density}", f"density_d={density}"]
     if use not in ("set", "rigl"):  # static: BR measured, never acted on
@@ -240,7 +245,7 @@ def _in_band(run: dict[str, Any]) -> tuple[int, int, int]:
     fallback carry no BR."""
     lower, upper = run["br_band"] or (math.nan, math.nan)
     per_generation = run["steps"] // len(run["br"])
-    warmup = 2 * max(1, run["steps"] // 15) if "calibrate" in VARIANTS[run["variant"]][1] else 0
+    warmup = 2 * decision_interval(run["steps"]) if "calibrate" in VARIANTS[run["variant"]][1] else 0
     after = run["br"][math.ceil(warmup / per_generation) :]
     measured = [b for b in after if not math.isnan(b)]
     return sum(lower < b < upper for b in measured), len(measured), len(after)

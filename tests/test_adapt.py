@@ -398,6 +398,8 @@ def test_resume_restores_the_calibration_state_exactly(tiny_recipe) -> None:
         ('{use="adapt-relax", calibrate={warm_up=10}}', "problem.sparsity.calibrate.warm_up: "),
         ('{use="adapt-relax", g_mask="frozen"}', "problem.sparsity.g_mask: "),
         ('{use="adapt-relax", verify="always"}', "problem.sparsity.verify: "),
+        ('{use="adapt-relax", verify_after=0}', "problem.sparsity.verify_after: "),
+        ('{use="adapt-relax", fallback_after=-1}', "problem.sparsity.fallback_after: "),
         ('{use="rigl", sema=1.0}', "problem.sparsity.sema: "),
         ('{use="static", sema=-0.1}', "problem.sparsity.sema: "),
     ],

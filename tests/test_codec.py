@@ -125,6 +125,8 @@ def rejected(p: Pair, frames: list[bytes], reason: str) -> None:
         ("sparse.discriminator.balance.window", [[1.0, 2.0]], "^meta.sparse: .*'balance.window' is malformed"),
         ("sparse.discriminator.balance.pending", 0, "^meta.sparse: .*'balance.pending' is malformed"),
         ("sparse.discriminator.balance.band", "auto", "^meta.sparse: .*'balance.band' is malformed"),
+        ("sparse.discriminator.balance.fell_back", "yes", "^meta.sparse: .*'balance.fell_back' is malformed"),
+        ("sparse.discriminator.balance.undos", -1, "^meta.sparse: .*'balance.undos' is malformed"),
         ("sparse.discriminator.keep_dense", [None], "^meta.sparse: .*'keep_dense' is malformed"),
     ],
 )
