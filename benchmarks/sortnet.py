@@ -123,9 +123,9 @@ class Budget:
     final scoring and plots, which cost the same for any budget), and the process's CPU time over the
     same span (``loop_cpu_s``: less sensitive than wall time to what else the machine runs)."""
 
-    def __init__(self, budget: int, seconds: float = 0.0) -> None:
+    def __init__(self, budget: int, seconds: float = 0.0, cpu_seconds: float = 0.0) -> None:
         self.budget = budget
-        self.seconds = seconds
+        self.seconds, self.cpu_seconds = seconds, cpu_seconds
         self.latest: dict[str, float] = {"evaluations": 0.0}
         self.generation = 0
         self.started = self.ended = self.cpu_started = self.cpu_ended = 0.0
@@ -144,18 +144,19 @@ class Budget:
         self.ended, self.cpu_ended = time.perf_counter(), time.process_time()
 
     def spent(self) -> bool:
-        """The tests are spent, or (``seconds``) the generations have run that long."""
+        """The tests are spent, or (``seconds``, ``cpu_seconds``) the generations have run that long."""
         late = bool(self.seconds) and self.ended - self.started >= self.seconds
+        late |= bool(self.cpu_seconds) and self.cpu_ended - self.cpu_started >= self.cpu_seconds
         return late or self.latest["evaluations"] >= self.budget
 
 
 def budget_of(args: argparse.Namespace, inputs: int) -> int:
-    if args.seconds and not args.budget:
+    if (args.seconds or args.cpu_seconds) and not args.budget:
         return UNLIMITED
     return int(args.budget) if args.budget else PROBLEMS[inputs][1]
 
 
-UNLIMITED = 10**15  # tests: a run with --seconds and no --budget ends by its wall time alone
+UNLIMITED = 10**15  # tests: a run with --seconds (--cpu-seconds) and no --budget ends by its time alone
 
 
 @contextlib.contextmanager
@@ -186,7 +187,7 @@ def run_one(
         *config.overrides,
         *args.set,
     ]
-    watch = Budget(budget, args.seconds or 0.0)
+    watch = Budget(budget, args.seconds or 0.0, args.cpu_seconds or 0.0)
     prepared = prepare(RECIPE, overrides=overrides, pm=make_plugin_manager(extra=[watch]))
     commit, dirty = git_commit()
     before, started = machine(), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -205,6 +206,7 @@ def run_one(
         "seed": seed,
         "budget": budget,
         "seconds": args.seconds or None,
+        "cpu_seconds": args.cpu_seconds or None,
         "recipe": str(RECIPE.relative_to(ROOT)),
         "set": list(args.set),
         "overrides": [o for o in overrides if not o.startswith("run.output_dir=")],
@@ -284,7 +286,9 @@ def table(records: Sequence[Mapping[str, Any]]) -> str:
 
 
 def budget_label(record: Mapping[str, Any]) -> str:
-    """A run's budget as the tables print it: its tests, or its wall time (``--seconds``)."""
+    """A run's budget as the tables print it: its tests, or its wall time (``--seconds``) or CPU time."""
+    if record.get("cpu_seconds") and record["budget"] >= UNLIMITED:
+        return f"{record['cpu_seconds']:.0f} CPU s"
     if record.get("seconds") and record["budget"] >= UNLIMITED:
         return f"{record['seconds']:.0f} s"
     return f"{record['budget']:.3g}" + (f" or {record['seconds']:.0f} s" if record.get("seconds") else "")
@@ -372,6 +376,12 @@ def arguments() -> argparse.ArgumentParser:
         type=float,
         help="wall seconds of generations per run (equal wall time): a run ends at the first generation end "
         "past them, or at --budget if given and reached first",
+    )
+    parser.add_argument(
+        "--cpu-seconds",
+        type=float,
+        help="CPU seconds of generations per run (this process's own time: runs that share the machine each "
+        "get their time on one core); as --seconds otherwise",
     )
     parser.add_argument("--configs", nargs="+", help="run only these configurations (see --list)")
     parser.add_argument("--set", nargs="+", default=[], help="further recipe overrides, KEY=VALUE")

@@ -89,6 +89,25 @@ def test_real_valued_operators_are_rounded_into_the_gene_range() -> None:
     assert all(isinstance(x, int) and 0 <= x <= 7 for x in child) and len(set(child)) > 1
 
 
+def test_every_child_is_a_list_of_ints_in_range_whatever_the_genes_types() -> None:
+    """Integer children pass as they are (the fast path); bools and out-of-range ints are brought back."""
+    never = {"operator": "cxTwoPoint", "probability": 0.0}
+    flips = host_variation(crossover=never, mutation={"operator": "mutFlipBit", "indpb": 0.5})
+    (child,) = flips.vary([[True, False] * 5], [], np.random.default_rng(0))
+    assert all(type(x) is int and x in (0, 1) for x in child) and len(set(child)) == 2
+    crossed = host_variation(
+        crossover={"operator": "cxUniform", "indpb": 0.5, "probability": 1.0},
+        mutation={"operator": "mutFlipBit", "indpb": 0.1, "probability": 0.0},
+    )
+    (mixed,) = crossed.vary([[0] * 30], [[-3] * 15 + [9] * 15], np.random.default_rng(0))
+    assert all(type(x) is int and 0 <= x <= 7 for x in mixed) and {0, 7} <= set(mixed)
+    kept = [3, 1, 4, 1, 5]
+    (same,) = host_variation(
+        crossover=never, mutation={"operator": "mutFlipBit", "indpb": 0.1, "probability": 0.0}
+    ).vary([kept], [], np.random.default_rng(0))
+    assert same == kept and same is not kept
+
+
 def test_operators_that_cannot_handle_fixed_genomes_fail_at_setup_naming_the_key() -> None:
     messy = host_variation(crossover={"operator": "cxMessyOnePoint", "probability": 1.0})
     with pytest.raises(UserError, match=r"problem\.host\.crossover: cxMessyOnePoint changed the genome's length"):

@@ -113,3 +113,66 @@ def test_a_variations_old_pairing_mutation_and_sparsity_read_the_problems_with_a
     for name, expected in (("pairing", "the pairing"), ("mutation", "the mutation"), ("sparsity", None)):
         with pytest.warns(DeprecationWarning, match=rf"Variation\.{name} is deprecated .*\[problem\.{name}\]"):
             assert getattr(job, name) == expected
+
+
+def _modules() -> dict[str, nn.Module]:
+    from torch.nn.utils.parametrizations import spectral_norm
+
+    tied = nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 3))
+    tied[1].weight = tied[0].weight
+    hooked = nn.Linear(2, 2)
+    hooked.register_forward_hook(lambda module, args, out: out * 2)
+    odd = nn.Linear(2, 2)
+    odd.table = {"a": torch.zeros(1)}  # type: ignore[assignment]  # an attribute the fast copy does not know
+    return {
+        "mlp": nn.Sequential(nn.Linear(4, 8), nn.LeakyReLU(0.2), nn.Linear(8, 2), nn.Tanh()),
+        "conv, batch norm, spectral norm": nn.Sequential(
+            nn.ConvTranspose2d(3, 4, 4, 2, 1),
+            nn.BatchNorm2d(4),
+            nn.ReLU(),
+            spectral_norm(nn.Conv2d(4, 2, 3, padding=1)),
+        ),
+        "tied": tied,
+        "hooked": hooked,
+        "odd": odd,
+    }
+
+
+@pytest.mark.parametrize("name", list(_modules()))
+def test_copy_network_is_deepcopy_whichever_path_it_takes(name: str) -> None:
+    import copy
+
+    from evogan.individual import _copy_plain, _NotPlain, copy_network
+
+    original = _modules()[name]
+    original(
+        torch.randn(2, 3, 4, 4)
+        if "conv" in name
+        else torch.randn(2, 4 if name == "mlp" else 3 if name == "tied" else 2)
+    ).sum().backward()
+    reference, fast = copy.deepcopy(original), copy_network(original)
+    plain = name not in ("hooked", "odd")  # the others fall back to deepcopy
+    try:
+        _copy_plain(original, {})
+    except _NotPlain:
+        assert not plain
+    else:
+        assert plain
+    assert type(fast) is type(original) and set(vars(fast)) == set(vars(reference))
+    assert list(fast.state_dict()) == list(reference.state_dict())
+    for key, value in reference.state_dict().items():
+        assert torch.equal(fast.state_dict()[key], value)
+    assert [(p.requires_grad, p.grad) for p in fast.parameters()] == [
+        (p.requires_grad, None) for p in reference.parameters()
+    ]
+    originals = {t.data_ptr() for t in [*original.parameters(), *original.buffers()]}
+    assert not originals & {t.data_ptr() for t in [*fast.parameters(), *fast.buffers()]}  # nothing shared
+    if name == "tied":
+        assert fast[1].weight is fast[0].weight  # sharing inside the module is kept
+    if name == "hooked":
+        assert torch.equal(fast(torch.ones(1, 2)), original(torch.ones(1, 2)))  # the hook came along
+    if name == "odd":
+        assert fast.table is not original.table and torch.equal(fast.table["a"], original.table["a"])
+    with torch.no_grad():
+        next(fast.parameters()).add_(1.0)
+    assert torch.equal(next(reference.parameters()), next(original.parameters()))

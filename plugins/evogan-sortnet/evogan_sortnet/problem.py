@@ -64,6 +64,20 @@ class Discoveries:
         self.smallest = pruned.tolist()
         self.depth = wiring.depth(self.smallest, inputs)
 
+    def describe(self) -> dict[str, Any]:
+        """The smallest correct network as the summary reports it (nothing before one is found): its
+        comparators as ``[lower, upper]`` wire pairs in order, prefix included, ready to run."""
+        if not self.history:
+            return {}
+        return {
+            "smallest_correct": {
+                "comparators": self.best,
+                "depth": self.depth,
+                "found_at_evaluations": self.best_at,
+                "network": self.smallest,
+            }
+        }
+
     @property
     def first_at(self) -> int:
         return self.history[0][0] if self.history else 0
@@ -193,6 +207,7 @@ class SortingNetworks(Problem["SortingNetworks.Options"]):
             "best_known_comparators": BEST_KNOWN.get(options.inputs),
             "host_operators": f"{options.host.crossover.operator}, {options.host.mutation.operator}",
             "parasite_operators": f"{options.parasite.crossover.operator}, {options.parasite.mutation.operator}",
+            **self.found.describe(),
         }
 
     # ------------------------------------------------------------------------------------------ genomes
@@ -211,7 +226,7 @@ class SortingNetworks(Problem["SortingNetworks.Options"]):
         """The flat gene list DEAP's operators see: wire numbers of hosts, bits of parasites."""
         tensor = network.comparators if role == "host" else network.vectors
         assert isinstance(tensor, torch.Tensor)
-        return [int(gene) for gene in tensor.flatten().tolist()]
+        return tensor.flatten().long().tolist()  # a parasite's bools as 0 and 1
 
     @staticmethod
     def write(role: str, network: nn.Module, genome: Sequence[int]) -> None:

@@ -155,6 +155,13 @@ def test_evaluate_checks_the_ensemble_on_every_input_and_records_correct_network
     assert made.evaluate([broken, correct], [1.0, 0.0], generator=torch.Generator())["correct"] == 0.0
     assert made.objective(both) == pytest.approx(1 - both["sorted"])
     assert made.found.smallest == [list(pair) for pair in odd_even_merge(8)]
+    assert made.describe()["smallest_correct"] == {  # summary.json's problem section
+        "comparators": 19,
+        "depth": 6,
+        "found_at_evaluations": 0,
+        "network": [list(pair) for pair in odd_even_merge(8)],
+    }
+    assert "smallest_correct" not in problem(registries, inputs=8, comparators=19, vectors=5).describe()
 
 
 def test_fitness_verifies_hosts_that_pass_all_their_tests(registries) -> None:
