@@ -34,14 +34,18 @@ class Host(nn.Module):
     comparators: torch.Tensor
     prefix: torch.Tensor
 
-    def __init__(self, comparators: torch.Tensor, prefix: torch.Tensor) -> None:
+    def __init__(self, comparators: torch.Tensor, prefix: torch.Tensor, *, mirror: int = 0) -> None:
+        """:param mirror: the wires of a symmetric network, whose every evolved comparator is followed by
+        its reflection (:func:`with_mirrors`); 0: the comparators as they are."""
         super().__init__()
+        self.mirror = mirror
         self.register_buffer("comparators", comparators)
         self.register_buffer("prefix", prefix, persistent=False)
 
     def network(self) -> torch.Tensor:
         """Every comparator in order, prefix first, as ``(lower wire, upper wire)`` rows."""
-        return torch.cat([self.prefix, self.comparators]).sort(dim=-1).values
+        evolved = with_mirrors(self.comparators, self.mirror) if self.mirror else self.comparators
+        return torch.cat([self.prefix, evolved]).sort(dim=-1).values
 
     def forward(self, values: torch.Tensor) -> torch.Tensor:
         """``values`` (``(..., n)``, any ordered dtype) passed through the network: sorted ascending iff
@@ -129,6 +133,15 @@ def all_inputs(inputs: int, device: torch.device | str = "cpu") -> torch.Tensor:
     for wire in range(low_bits, inputs):
         planes[wire] = -((index >> (wire - 6)) & 1)  # all ones or all zeros
     return planes
+
+
+def with_mirrors(comparators: torch.Tensor, inputs: int) -> torch.Tensor:
+    """``(..., C, 2)`` wire pairs -> ``(..., 2C, 2)``: each followed by its reflection ``(n-1-j, n-1-i)``, as
+    in the symmetric networks of Valsalam and Miikkulainen (2013), among which are the best known for 12
+    and 16 inputs. A pair that is its own reflection then repeats and its copy never swaps (pruned from
+    the size as any useless comparator)."""
+    reflected = (inputs - 1) - comparators.flip(-1)
+    return torch.stack([comparators, reflected], dim=-2).flatten(-3, -2)
 
 
 def normalise(comparators: torch.Tensor) -> torch.Tensor:
@@ -330,5 +343,6 @@ __all__ = [
     "through",
     "unpack",
     "unsorted_words",
+    "with_mirrors",
     "words_for",
 ]

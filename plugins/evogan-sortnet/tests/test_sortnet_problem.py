@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import torch
 from evogan_sortnet import SortingNetworks
-from evogan_sortnet.networks import Host, Parasite
+from evogan_sortnet.networks import Host, Parasite, with_mirrors
 from pydantic import ValidationError
 from sortnet_helpers import odd_even_merge, sorts
 from torch import nn
@@ -216,6 +216,27 @@ def test_defaults_follow_hillis_style_operators() -> None:
     assert options.host.mutation.arguments == {"indpb": 0.02}
 
 
+def test_symmetric_hosts_run_each_comparator_with_its_reflection(registries) -> None:
+    half = [(0, 1), (0, 2), (1, 2)]  # with reflections: (0,1) (2,3) (0,2) (1,3) (1,2) (1,2), a 4-sorter
+    assert with_mirrors(torch.tensor(half), 4).tolist() == [[0, 1], [2, 3], [0, 2], [1, 3], [1, 2], [1, 2]]
+    made = problem(registries, inputs=4, comparators=3, vectors=4, symmetric=True)
+    assert made.describe()["max_comparators"] == 6 and made.describe()["symmetric"] is True
+    host = made.create("host", generator=torch.Generator().manual_seed(0))
+    assert host.comparators.shape == (3, 2)  # the genome holds half the network  # type: ignore[union-attr]
+    made.write("host", host, [wire for pair in half for wire in pair])
+    scores = made.evaluate([host], [1.0], generator=torch.Generator())
+    assert scores["correct"] == 1.0 and scores["comparators"] == 5  # the self-reflected (1, 2)'s copy is pruned
+    values = torch.randn(50, 4)
+    assert torch.equal(host(values), values.sort(dim=-1).values)  # the module runs its reflections too
+    plain = problem(registries, inputs=4, comparators=3, vectors=4)
+    assert (
+        plain.evaluate([Host(torch.tensor(half), plain._prefix)], [1.0], generator=torch.Generator())["correct"] == 0.0
+    )
+    parasites = population(made, "parasite", 2, seed=1)
+    loss, _ = made.fitness([host], parasites, None, generator=torch.Generator())
+    assert torch.equal(loss, torch.zeros(1, 2))
+
+
 def test_a_prefixed_problem_scores_and_checks_as_its_whole_networks_would(registries) -> None:
     made = problem(registries, inputs=8, comparators=12, vectors=9, prefix_layers=2, prefix=[[1, 2], [5, 6]])
     assert made.describe()["prefix_comparators"] == 10 and made.describe()["inputs_reaching_evolved"] < 256
@@ -264,6 +285,9 @@ def test_parasites_scored_by_the_hosts_that_fail_them(registries) -> None:
     host_loss, parasite_loss = made.fitness(hosts, parasites, None, generator=torch.Generator())
     share = 1 - host_loss.T
     assert torch.allclose(parasite_loss, (share == 1).float() + share / 5)
-    assert torch.equal(host_loss, problem(registries, inputs=6, comparators=14, vectors=9).fitness(
-        hosts, parasites, None, generator=torch.Generator()
-    )[0])
+    assert torch.equal(
+        host_loss,
+        problem(registries, inputs=6, comparators=14, vectors=9).fitness(
+            hosts, parasites, None, generator=torch.Generator()
+        )[0],
+    )
