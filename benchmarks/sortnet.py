@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import statistics
 import sys
 import tempfile
@@ -197,6 +198,8 @@ def run_one(
     wall = time.perf_counter() - clock
     final = watch.latest
     first = int(final.get("first_correct_at", 0))
+    summary = json.loads((prepared.run_dir.path / "summary.json").read_text())
+    smallest = summary["problem"].get("smallest_correct", {})
     return {
         "script": SCRIPT,
         "config": config.name,
@@ -219,6 +222,7 @@ def run_one(
         "smallest_correct": int(final["smallest_correct"]) or None,
         "smallest_correct_at": int(final["smallest_correct_at"]) or None,
         "smallest_correct_depth": int(final.get("smallest_correct_depth", 0)) or None,
+        "smallest_correct_network": smallest.get("network"),  # wire pairs, prefix included
         "best_sorted": float(final["best_sorted"]),
         "wall_s": wall,
         "batched": batched,

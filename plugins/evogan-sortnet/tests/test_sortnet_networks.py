@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 import torch
 from evogan_sortnet.networks import (
@@ -158,3 +161,14 @@ def test_counts_with_the_prefix_run_once_equal_the_whole_networks() -> None:
 def test_depth_schedules_each_comparator_as_early_as_its_wires_allow() -> None:
     assert depth(FOUR, 4) == 3 and depth([(0, 1), (2, 3), (1, 1)], 4) == 1 and depth([], 3) == 0
     assert depth(odd_even_merge(8), 8) == 6 and depth(odd_even_merge(16), 16) == 10
+
+
+def test_the_12_input_network_evogan_found_sorts_everything_at_the_best_known_size() -> None:
+    """The symmetric search's seed 4 (benchmarks/RESULTS.md, "Symmetric networks"): 39 comparators in 9
+    layers, the best known size for 12 inputs; checked by the pure-Python reference on all 4,096 inputs."""
+    found = json.loads((Path(__file__).parent / "data" / "sortnet-12-39.json").read_text())
+    network = [(low, high) for low, high in found["network"]]
+    assert len(network) == found["comparators"] == 39 and depth(network, 12) == found["depth"] == 9
+    assert sorts_everything(network, 12)
+    assert check(network, 12) == (1 << 12, 39)  # every comparator swaps on some input
+    assert {(11 - high, 11 - low) for low, high in network} == set(network)  # symmetric
