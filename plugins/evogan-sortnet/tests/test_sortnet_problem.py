@@ -198,6 +198,9 @@ def test_the_shipped_recipe_validates(registries) -> None:
     path = Path(__file__).resolve().parents[3] / "recipes" / "sortnet.toml"
     recipe = recipes.load(path, registries)
     assert recipe.choices["problem"].name == "sortnet"
+    with pytest.raises(RecipeError) as caught:  # the new key's bad value: one line naming it
+        recipes.load(path, registries, ['problem.symmetric="mirror"'])
+    assert len(caught.value.lines) == 1 and caught.value.lines[0].startswith(f"{path}: problem.symmetric: ")
 
 
 def test_the_engines_problem_contract() -> None:
