@@ -46,14 +46,24 @@ def copy_network(network: nn.Module) -> nn.Module:
     copies, once per selected individual per generation. Tensors shared within the module stay shared
     in the copy, as deepcopy keeps them; anything else (hooks, parametrizations, other objects) is
     deep-copied as before."""
-    memo: dict[int, Any] = {}
+    tensors: list[tuple[dict[str, Any], str, torch.Tensor]] = []
     try:
-        return _copy_plain(network, memo)
-    except _NotPlain:
+        fresh = _copy_plain(network, {}, tensors)
+    except _NotPlain:  # found before any tensor was copied: the fallback is the only copy made
         return copy.deepcopy(network)
+    copies: dict[int, torch.Tensor] = {}
+    for table, name, tensor in tensors:
+        if id(tensor) not in copies:
+            copies[id(tensor)] = _copy_tensor(tensor)
+        table[name] = copies[id(tensor)]
+    return fresh
 
 
-def _copy_plain(module: nn.Module, memo: dict[int, Any]) -> nn.Module:
+def _copy_plain(
+    module: nn.Module, memo: dict[int, nn.Module], tensors: list[tuple[dict[str, Any], str, torch.Tensor]]
+) -> nn.Module:
+    """The module's structure copied, each of its tensors left in ``tensors`` as (table, name, tensor) for
+    the caller to copy once the whole module is known to be plain."""
     import torch
 
     if id(module) in memo:
@@ -63,9 +73,15 @@ def _copy_plain(module: nn.Module, memo: dict[int, Any]) -> nn.Module:
     state: dict[str, Any] = {}
     for key, value in module.__dict__.items():
         if key in ("_parameters", "_buffers"):
-            state[key] = {name: _copy_tensor(tensor, memo) for name, tensor in value.items()}
+            table: dict[str, Any] = {}
+            for name, tensor in value.items():
+                table[name] = None
+                if tensor is not None:
+                    _check_plain(tensor)
+                    tensors.append((table, name, tensor))
+            state[key] = table
         elif key == "_modules":
-            state[key] = {name: None if sub is None else _copy_plain(sub, memo) for name, sub in value.items()}
+            state[key] = {name: None if sub is None else _copy_plain(sub, memo, tensors) for name, sub in value.items()}
         elif isinstance(value, dict):
             if value:  # a registered hook, or state of a kind this copy does not know
                 raise _NotPlain(key)
@@ -84,24 +100,23 @@ def _copy_plain(module: nn.Module, memo: dict[int, Any]) -> nn.Module:
     return fresh
 
 
-def _copy_tensor(tensor: torch.Tensor | None, memo: dict[int, Any]) -> torch.Tensor | None:
-    """A tensor as deepcopy copies it: a Parameter stays one, with its ``requires_grad`` and without its
-    ``.grad`` (as ``Parameter.__deepcopy__`` does)."""
+def _check_plain(tensor: torch.Tensor) -> None:
     import torch
 
-    if tensor is None:
-        return None
-    if id(tensor) in memo:
-        return memo[id(tensor)]
     parameter = type(tensor) is torch.nn.Parameter
     if not (parameter or type(tensor) is torch.Tensor) or tensor.__dict__ or tensor._is_view() or tensor.is_sparse:
         raise _NotPlain("tensor")  # views, subclasses, sparse layouts: deepcopy knows their storage
     if not parameter and (tensor.grad is not None or tensor.requires_grad):
         raise _NotPlain("tensor")  # a buffer deepcopy would copy with its gradient
+
+
+def _copy_tensor(tensor: torch.Tensor) -> torch.Tensor:
+    """A tensor as deepcopy copies it: a Parameter stays one, with its ``requires_grad`` and without its
+    ``.grad`` (as ``Parameter.__deepcopy__`` does)."""
+    import torch
+
     data = tensor.detach().clone(memory_format=torch.preserve_format)
-    copied = torch.nn.Parameter(data, tensor.requires_grad) if parameter else data
-    memo[id(tensor)] = copied
-    return copied
+    return torch.nn.Parameter(data, tensor.requires_grad) if type(tensor) is torch.nn.Parameter else data
 
 
 class LossFitness(base.Fitness):

@@ -153,7 +153,7 @@ def test_copy_network_is_deepcopy_whichever_path_it_takes(name: str) -> None:
     reference, fast = copy.deepcopy(original), copy_network(original)
     plain = name not in ("hooked", "odd")  # the others fall back to deepcopy
     try:
-        _copy_plain(original, {})
+        _copy_plain(original, {}, [])
     except _NotPlain:
         assert not plain
     else:
@@ -176,3 +176,17 @@ def test_copy_network_is_deepcopy_whichever_path_it_takes(name: str) -> None:
     with torch.no_grad():
         next(fast.parameters()).add_(1.0)
     assert torch.equal(next(reference.parameters()), next(original.parameters()))
+
+
+def test_a_module_left_to_deepcopy_has_no_tensor_copied_before(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fast path finds a hook before copying any tensor: the fallback is the only copy made."""
+    import evogan.individual as individual
+
+    copied: list[torch.Tensor] = []
+    fast_copy = individual._copy_tensor
+    monkeypatch.setattr(individual, "_copy_tensor", lambda tensor: copied.append(tensor) or fast_copy(tensor))
+    hooked = _modules()["hooked"]
+    individual.copy_network(hooked)
+    assert copied == []
+    individual.copy_network(_modules()["mlp"])
+    assert len(copied) == len(list(_modules()["mlp"].parameters()))
