@@ -261,9 +261,8 @@ class SortingNetworks(Problem["SortingNetworks.Options"]):
     def _networks(self, hosts: Sequence[nn.Module]) -> torch.Tensor:
         """The hosts' evolved comparators, normalised (the prefix runs apart: :func:`wiring.through`)."""
         evolved = torch.stack([host.comparators for host in hosts])  # type: ignore[misc]
-        if self.options.symmetric:
-            evolved = wiring.with_mirrors(evolved, self.options.inputs)
-        return wiring.normalise(evolved)
+        mirror = hosts[0].mirror if isinstance(hosts[0], wiring.Host) else 0  # symmetric? all hosts alike
+        return wiring.normalise(wiring.with_mirrors(evolved, mirror) if mirror else evolved)
 
     @staticmethod
     def _key(network: nn.Module) -> bytes:
