@@ -127,8 +127,10 @@ class TrainedRun:
 
     def metrics(self, cell: int | None = None) -> list[dict[str, Any]]:
         """The records of ``metrics.jsonl`` (one per cell per generation), of one cell if given."""
-        records = self.run_dir.read_metrics()
-        return records if cell is None else [r for r in records if r["cell"] == self._cell(cell)]
+        if cell is None:
+            return self.run_dir.read_metrics()
+        index = self._cell(cell)
+        return [r for r in self.run_dir.iter_metrics() if r["cell"] == index]
 
     # -------------------------------------------------------------------------------- scores
     def prepare_scoring(self) -> None:

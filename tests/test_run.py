@@ -126,6 +126,7 @@ def test_resume_truncates_records_newer_than_the_checkpoint(tiny_recipe) -> None
 
 def test_each_cells_logbook_is_the_record_the_file_and_the_hook_get(tiny_recipe, monkeypatch) -> None:
     drivers: list[Driver] = []
+    monkeypatch.setattr(Cell, "LOGBOOK_KEPT", 2)  # a logbook holds the latest records, not the whole run
 
     class KeptDriver(Driver):
         def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
@@ -140,14 +141,16 @@ def test_each_cells_logbook_is_the_record_the_file_and_the_hook_get(tiny_recipe,
             self.heard.append({k: v for k, v in record.items() if k != "timings"})
 
     monkeypatch.setattr("evogan.runtime.single.Driver", KeptDriver)
-    path = tiny_recipe(seed=3, generations=4)
+    path = tiny_recipe(seed=3, generations=5)
     with registered(Listener()):
-        run_dir = run(path, stop_after=3)  # stops after generation 3, then resumes for the 4th
+        run_dir = run(path, stop_after=3)  # stops after generation 3, then resumes for the 4th and 5th
         run_in_process(prepare(None, resume_dir=run_dir))
     lines = metrics(run_dir)
-    assert json.loads(json.dumps(Listener.heard)) == lines and len(lines) == 16
-    for cell in drivers[-1].cells:  # the resumed driver's logbooks hold the whole run, read back on resume
-        assert json.loads(json.dumps(list(cell.logbook))) == [r for r in lines if r["cell"] == cell.index]
+    assert json.loads(json.dumps(Listener.heard)) == lines and len(lines) == 20
+    for driver in drivers:  # the resumed driver's logbooks end as an unbroken run's, their start read back
+        for cell in driver.cells:
+            kept = json.loads(json.dumps(list(cell.logbook)))
+            assert kept == [r for r in lines if r["cell"] == cell.index][cell.generation - 2 : cell.generation]
 
 
 def test_resume_refuses_a_changed_recipe(tiny_recipe) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import math
+from collections import deque
 from collections.abc import Generator, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -105,6 +106,8 @@ def finish(phases: Phases, seconds: float = 0.0) -> dict[str, float]:
 
 
 class Cell:
+    LOGBOOK_KEPT = 64  # the latest records a cell holds in memory
+
     def __init__(self, index: int, neighbours: Sequence[int], settings: CellSettings) -> None:
         self.index = index
         self.neighbours = tuple(neighbours)
@@ -121,7 +124,9 @@ class Cell:
         self.statistics = tools.Statistics(key=lambda ind: ind.fitness.loss)
         for name, function in (("min", np.min), ("avg", np.mean), ("max", np.max)):
             self.statistics.register(name, function)
-        self.logbook = tools.Logbook()  # this cell's records, one per generation (see _record)
+        # this cell's latest records, one per generation (see _record); metrics.jsonl holds the whole
+        # run: a cell that kept all of them would grow by gigabytes over a long run of a cheap problem
+        self.logbook: deque[dict[str, Any]] = deque(maxlen=self.LOGBOOK_KEPT)
         self.codec = Codec(
             index,
             run_id=settings.run_id,

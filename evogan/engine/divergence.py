@@ -20,7 +20,7 @@ stays as it is and the cell is reported diverged at the end.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -98,7 +98,7 @@ def _loss(individual: Individual) -> float:
     return individual.fitness.loss if individual.fitness.valid else float("inf")
 
 
-def divergence_summary(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def divergence_summary(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """``diverged``: cell -> generations in which it diverged; ``diverged_at_end``: the cells that
     diverged in their last generation (their models are restored copies, but training no longer keeps
     them finite)."""

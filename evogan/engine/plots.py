@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,21 +20,48 @@ def record_score(record: Mapping[str, Any]) -> tuple[str, float, dict[str, Any]]
     return name, float(record[f"{name}_score"]), dict(record.get(f"{name}_metrics", {}))
 
 
-def _series(records: Sequence[Mapping[str, Any]]) -> dict[str, dict[int, list[tuple[int, float]]]]:
-    """metric name -> cell -> [(generation, value)]."""
+PLOT_GENERATIONS = 1000  # a line draws this many to twice as many generations: a long run's, thinned evenly
+
+
+def _values(record: Mapping[str, Any]) -> dict[str, float]:
+    """What a record plots: the problem's per-role losses (a GAN's g_loss and d_loss), then the
+    mixture's score (or the best individual's, where the mixture is disabled) and sparsity."""
+    values = {k: v for k, v in record.items() if k.endswith("_loss")}
+    name, score, metrics = record_score(record)
+    values[f"{name}_score"] = score
+    values.update({f"{name} {k}": v for k, v in metrics.items()})
+    values.update({f"sparsity {k}": v for k, v in record.get("sparsity", {}).items()})
+    return {name: float(value) for name, value in values.items() if isinstance(value, int | float)}
+
+
+def _series(
+    records: Iterable[Mapping[str, Any]], limit: int = PLOT_GENERATIONS
+) -> dict[str, dict[int, list[tuple[int, float]]]]:
+    """metric name -> cell -> [(generation, value)], read as a stream: every ``stride``-th generation
+    and each line's last, the stride doubling whenever more than twice ``limit`` generations are held."""
     series: dict[str, dict[int, list[tuple[int, float]]]] = defaultdict(lambda: defaultdict(list))
+    last: dict[tuple[str, int], tuple[int, float]] = {}
+    stride, held = 1, set[int]()
     for record in records:
-        cell, generation = record["cell"], record["generation"]
-        # the problem's per-role losses (a GAN's g_loss and d_loss), then the mixture's score (or the
-        # best individual's, where the mixture is disabled)
-        values = {k: v for k, v in record.items() if k.endswith("_loss")}
-        name, score, metrics = record_score(record)
-        values[f"{name}_score"] = score
-        values.update({f"{name} {k}": v for k, v in metrics.items()})
-        values.update({f"sparsity {k}": v for k, v in record.get("sparsity", {}).items()})
+        cell, generation = int(record["cell"]), int(record["generation"])
+        values = _values(record)
         for name, value in values.items():
-            if isinstance(value, int | float):
-                series[name][cell].append((generation, float(value)))
+            if (name, cell) not in last or generation >= last[name, cell][0]:
+                last[name, cell] = (generation, value)
+        if generation % stride:
+            continue
+        held.add(generation)
+        for name, value in values.items():
+            series[name][cell].append((generation, value))
+        if len(held) > 2 * limit:
+            stride *= 2
+            held = {g for g in held if g % stride == 0}
+            for lines in series.values():
+                for points in lines.values():
+                    points[:] = [p for p in points if p[0] % stride == 0]
+    for (name, cell), point in last.items():
+        if point[0] % stride:  # held already when on the stride
+            series[name][cell].append(point)
     return series
 
 
@@ -58,7 +85,7 @@ def plot_grid(
     run_dir: RunDirectory,
     final: dict[int, float],
     layout: tuple[int, int] | None,
-    records: Sequence[Mapping[str, Any]] | None = None,
+    records: Iterable[Mapping[str, Any]] | None = None,
     *,
     chosen: int | None = None,
 ) -> Path:
@@ -72,7 +99,7 @@ def plot_grid(
     plt = _pyplot()
     best_seen: dict[int, float] = {}
     what = "mixture"
-    for record in run_dir.read_metrics() if records is None else records:
+    for record in run_dir.iter_metrics() if records is None else records:
         name, score, _ = record_score(record)
         cell, what = int(record["cell"]), "mixture" if name == "mixture" else "best individual's"
         best_seen[cell] = min(score, best_seen.get(cell, score))
@@ -113,13 +140,12 @@ def plot_grid(
     return path
 
 
-def plot_metrics(run_dir: RunDirectory, records: Sequence[Mapping[str, Any]] | None = None) -> list[Path]:
+def plot_metrics(run_dir: RunDirectory, records: Iterable[Mapping[str, Any]] | None = None) -> list[Path]:
     """One figure with a panel per metric; returns the files written."""
     plt = _pyplot()
-    records = run_dir.read_metrics() if records is None else records
-    if not records:
+    series = _series(run_dir.iter_metrics() if records is None else records)
+    if not series:
         return []
-    series = _series(records)
     names = sorted(series, key=lambda n: (not n.startswith("mixture"), n))
     columns = 3
     rows = (len(names) + columns - 1) // columns

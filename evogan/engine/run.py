@@ -159,11 +159,12 @@ class Driver:
                 cell.load_state(state)
                 self.run_dir.discard_checkpoints_after(cell.index, cell.generation)  # an abandoned timeline
             self.run_dir.truncate_records({cell.index: cell.generation for cell in self.cells})
-            history = self.run_dir.read_metrics()
-            for cell in self.cells:  # each logbook holds its cell's whole run, as an unbroken run's would
-                cell.logbook.extend(
-                    r for r in history if r["cell"] == cell.index and r["generation"] <= cell.generation
-                )
+            # each logbook holds its cell's latest records, as an unbroken run's would
+            owners = {cell.index: cell for cell in self.cells}
+            for record in self.run_dir.iter_metrics():
+                owner = owners.get(record["cell"])
+                if owner is not None and record["generation"] <= owner.generation:
+                    owner.logbook.append(record)  # a bounded deque: the latest stay
         else:
             for cell in self.cells:
                 cell.initialise()
@@ -414,7 +415,6 @@ def write_summary(
 
     Shared by the single-process driver and the launcher that merges its workers' parts.
     """
-    records = run_dir.read_metrics()
     summary = {
         "run": run_dir.run_id,
         "recipe": recipe.digest,
@@ -423,7 +423,7 @@ def write_summary(
         "interrupted": interrupted,
         "cells": dict(cells),
         **reported(cells, alone),
-        **divergence_summary(records),
+        **divergence_summary(run_dir.iter_metrics()),
     }
     if problem:
         summary["problem"] = dict(problem)
@@ -431,9 +431,9 @@ def write_summary(
     from evogan.engine.plots import plot_grid, plot_metrics
 
     with writing(run_dir.path / "plots"):
-        plot_metrics(run_dir, records)
+        plot_metrics(run_dir)
         final = {int(cell): _score(scores) for cell, scores in cells.items()}
-        plot_grid(run_dir, final, topology.layout(), records, chosen=summary["best_cell"])
+        plot_grid(run_dir, final, topology.layout(), chosen=summary["best_cell"])
     return summary
 
 

@@ -35,8 +35,21 @@ SUMMARY_FILE = "summary.json"
 RECORDS_LOCK = ".records.lock"
 
 
-def _write_lines(lines: Sequence[str], handle: Any) -> None:
+def _write_lines(lines: Iterable[str], handle: Any) -> None:
     handle.writelines(lines)
+
+
+def _json_lines(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Each whole line of a JSON-lines file with its record, read as a stream (a long run's metrics
+    reach hundreds of MB); a line cut by a crash mid-write is skipped."""
+    if not path.exists():
+        return
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            try:
+                yield line, json.loads(line)
+            except json.JSONDecodeError:
+                continue
 
 
 def atomic_write(path: Path, write: Callable[[Any], None], *, binary: bool = True) -> None:
@@ -165,17 +178,14 @@ class RunDirectory:
         with writing(path), open(path, "a", encoding="utf-8") as handle:
             handle.write(line + "\n")
 
+    def iter_metrics(self) -> Iterator[dict[str, Any]]:
+        """The records of ``metrics.jsonl`` one at a time, in file order, never all in memory."""
+        return (record for _, record in _json_lines(self.path / METRICS_FILE))
+
     def read_metrics(self) -> list[dict[str, Any]]:
-        path = self.path / METRICS_FILE
-        if not path.exists():
-            return []
-        records = []
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue  # a line cut by a crash mid-write
-        return records
+        """Every record of ``metrics.jsonl`` as a list (a long run's take gigabytes: prefer
+        :meth:`iter_metrics`)."""
+        return list(self.iter_metrics())
 
     def truncate_records(self, keep_upto: Mapping[int, int]) -> None:
         """On resume, drop records newer than each cell's checkpoint, so the file reads as one run.
@@ -187,15 +197,11 @@ class RunDirectory:
                 path = self.path / name
                 if not path.exists():
                     continue
-                kept = []
-                for line in path.read_text(encoding="utf-8").splitlines():
-                    try:
-                        record = json.loads(line)
-                    except json.JSONDecodeError:
-                        continue
-                    cell = record["cell"]
-                    if cell not in keep_upto or record["generation"] <= keep_upto[cell]:
-                        kept.append(line + "\n")
+                kept = (
+                    line if line.endswith("\n") else line + "\n"
+                    for line, record in _json_lines(path)
+                    if record["cell"] not in keep_upto or record["generation"] <= keep_upto[record["cell"]]
+                )
                 with writing(path):
                     atomic_write(path, partial(_write_lines, kept), binary=False)
 

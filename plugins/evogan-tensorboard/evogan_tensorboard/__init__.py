@@ -29,6 +29,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import itertools
+import math
 import os
 import shutil
 import socket
@@ -186,14 +187,19 @@ def _scored(record: Mapping[str, Any]) -> str:
 
 
 def best_by_generation(records: Iterable[Mapping[str, Any]]) -> dict[int, Mapping[str, Any]]:
-    """generation -> the record with the lowest ``mixture_score`` (or ``best_score``; ties: the lowest cell)."""
+    """generation -> the record with the lowest ``mixture_score`` (or ``best_score``; ties: the lowest
+    cell; NaN ranks last)."""
+
+    def rank(record: Mapping[str, Any]) -> tuple[float, int]:
+        score = float(record[f"{_scored(record)}_score"])
+        return (math.inf if math.isnan(score) else score, int(record["cell"]))
+
     best: dict[int, Mapping[str, Any]] = {}
-    for record in sorted(records, key=lambda r: (r["generation"], r["cell"])):
+    for record in records:  # a stream: a long run's records need not fit in memory
         current = best.get(record["generation"])
-        score = record[f"{_scored(record)}_score"]
-        if current is None or score < current[f"{_scored(current)}_score"]:
+        if current is None or rank(record) < rank(current):
             best[record["generation"]] = record
-    return best
+    return dict(sorted(best.items()))
 
 
 def write_best(run: RunInfo, summary: Mapping[str, Any]) -> None:
@@ -201,7 +207,7 @@ def write_best(run: RunInfo, summary: Mapping[str, Any]) -> None:
     directory = run.run_dir.path / DIRECTORY / BEST
     shutil.rmtree(directory, ignore_errors=True)
     writer = EventWriter(directory)
-    for generation, record in best_by_generation(run.run_dir.read_metrics()).items():
+    for generation, record in best_by_generation(run.run_dir.iter_metrics()).items():
         name = _scored(record)
         values = [(f"best/{name}_score", float(record[f"{name}_score"])), ("best/cell", float(record["cell"]))]
         values += [(f"best/{tag}", v) for tag, v in scalars(record.get(f"{name}_metrics", {}))]

@@ -4,6 +4,7 @@ own event reader, in one process and with two workers (each cell's events exactl
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -75,6 +76,11 @@ def test_best_by_generation_takes_the_lowest_score_then_the_lowest_cell() -> Non
     rows = [{"cell": r["cell"], "generation": r["generation"], "best_score": r["mixture_score"]} for r in rows]
     best = evogan_tensorboard.best_by_generation(rows)
     assert {g: r["cell"] for g, r in best.items()} == {1: 0, 2: 1}
+    # read as a stream in file order (a resumed run's generations interleave); a NaN score ranks last
+    rows = [{"cell": 2, "generation": 2, "best_score": 0.1}, {"cell": 1, "generation": 2, "best_score": math.nan},
+            {"cell": 0, "generation": 1, "best_score": math.nan}, {"cell": 0, "generation": 2, "best_score": 0.5}]
+    best = evogan_tensorboard.best_by_generation(iter(rows))
+    assert {g: r["cell"] for g, r in best.items()} == {1: 0, 2: 2} and list(best) == [1, 2]
 
 
 def test_a_failed_write_stops_the_run_with_one_line_naming_the_event_file(tmp_path: Path) -> None:
