@@ -59,6 +59,8 @@ VARIANTS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     "adapt-strict-auto": ("adapt-strict", ("calibrate", 'verify="shrink"'), ()),
     # the D controller alone (the paper's DDA): G keeps its initial mask
     "adapt-relax-auto-gstatic": ("adapt-relax", ("calibrate", 'verify="shrink"', 'g_mask="static"'), ()),
+    # the D controller alone with a fixed band (br_lower, br_upper by --set) and the paper's rule (no verify)
+    "adapt-relax-gstatic": ("adapt-relax", ('g_mask="static"',), ()),
     # probes: G's prune-and-grow gentler, the generator average, D denser
     "rigl-df01": ("rigl", ("drop_fraction=0.1",), ()),
     "rigl-sema": ("rigl", ("sema=0.999",), ()),
@@ -105,6 +107,14 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def network_overrides(args: argparse.Namespace) -> list[str]:
+    """The demo's MLP pair at ``--hidden`` with spectral norm on D, or a convolutional pair of ``--hidden``
+    feature maps (``conv28``: the DCGAN-like pair for 28x28, no spectral norm) replacing the table."""
+    if args.network == "mnist_mlp":
+        return [f"problem.network.hidden={args.hidden}", "problem.network.spectral_norm=true"]
+    return [f'problem.network={{use="{args.network}", ngf={args.hidden}, ndf={args.hidden}}}']
+
+
 def one_run(variant: str, density: float, seed: int, args: argparse.Namespace, out: Path) -> dict[str, Any]:
     from evogan.runtime.single import prepare, run_in_process
 
@@ -122,8 +132,7 @@ def one_run(variant: str, density: float, seed: int, args: argparse.Namespace, o
         f"topology.cols={args.grid}",
         "population.selection=false",
         f"problem.batches_per_generation={args.batches}",
-        f"problem.network.hidden={args.hidden}",
-        "problem.network.spectral_norm=true",
+        *network_overrides(args),
         f"problem.sparsity={sparsity_table(variant, density, steps, args.density_d)}",
         *VARIANTS[variant][2],
         *args.set,
@@ -170,6 +179,7 @@ def one_run(variant: str, density: float, seed: int, args: argparse.Namespace, o
         "set": list(args.set),
         "density_d_start": density if args.density_d is None else args.density_d,  # as asked (d_D: as built)
         "hidden": args.hidden,
+        "network": args.network,
         "overrides": overrides,
         "commit": commit + ("-dirty" if dirty else ""),
         "load_1min": [load, os.getloadavg()[0]],
@@ -256,7 +266,10 @@ def _apart(run: dict[str, Any]) -> str:
     640, and --set."""
     initial_d = run.get("density_d_start", run["density_g"])
     extra = f" d_D {initial_d:.0%}" if VARIANTS[run["variant"]][0] == "static" and initial_d != run["density_g"] else ""
-    extra += f" width {run['hidden']}" if run.get("hidden", 640) != 640 else ""
+    if run.get("network", "mnist_mlp") != "mnist_mlp":
+        extra += f" {run['network']} width {run['hidden']}"
+    elif run.get("hidden", 640) != 640:
+        extra += f" width {run['hidden']}"
     return extra + "".join(f" {o}" for o in run.get("set", []))
 
 
@@ -267,11 +280,12 @@ def probe(results: list[dict[str, Any]]) -> str:
     for r in results:
         if VARIANTS[r["variant"]][0] != "static" or r.get("grid", 1) > 1:
             continue
-        setting = " ".join(r.get("set", [])) or "-"
+        pair = "" if r.get("network", "mnist_mlp") == "mnist_mlp" else f"{r['network']} width {r['hidden']} "
+        setting = pair + (" ".join(r.get("set", [])) or "-")
         density_d = r.get("density_d_start", r["density_g"])
         rows.setdefault((setting, r["density_g"]), {}).setdefault(density_d, []).append(r)
     lines = [
-        "| setting (--set) | d_G | d_D | seeds | BR, median of the second half | FID | classes |",
+        "| setting (pair, --set) | d_G | d_D | seeds | BR, median of the second half | FID | classes |",
         "|---|---|---|---|---|---|---|",
     ]
     for (setting, d_g), by_d in sorted(rows.items()):
@@ -319,7 +333,10 @@ def conv_step_time(iterations: int, batch: int, threads: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--generations", type=int, default=100)
-    parser.add_argument("--hidden", type=int, default=640, help="width of the MLP pair's hidden layers")
+    parser.add_argument(
+        "--hidden", type=int, default=640, help="width of the MLP pair's hidden layers (conv28: feature maps)"
+    )
+    parser.add_argument("--network", default="mnist_mlp", choices=["mnist_mlp", "conv28"], help="the pair")
     parser.add_argument("--grid", type=int, default=1, help="a RxR torus (the demo's pairing; steps per cell)")
     parser.add_argument("--batches", type=int, default=50, help="G steps per generation")
     parser.add_argument("--densities", type=float, nargs="+", default=[0.3, 0.1])

@@ -21,7 +21,7 @@ from evogan.builtin.gan import image_metrics as im
 from evogan.builtin.gan import images
 from evogan.builtin.gan.classifier import DEFAULT_WEIGHTS, load_classifier, weights_hash
 from evogan.builtin.gan.data import LoaderSource, TensorSource
-from evogan.builtin.gan.image_networks import Conv32, Dcgan64, MnistMlp
+from evogan.builtin.gan.image_networks import Conv28, Conv32, Dcgan64, MnistMlp
 from evogan.builtin.gan.images import (
     CelebADataset,
     Cifar10Dataset,
@@ -237,6 +237,7 @@ NETWORKS = [
     (Dcgan64, (3, 64, 64), (100, 1, 1)),
     (Dcgan64, (1, 64, 64), (100, 1, 1)),
     (Conv32, (3, 32, 32), (100, 1, 1)),
+    (Conv28, (1, 28, 28), (100, 1, 1)),
 ]
 
 
@@ -268,6 +269,17 @@ def test_same_seed_same_weights_without_global_rng(
         assert all(torch.equal(a[k], b[k]) for k in a)
         assert any(not torch.equal(a[k], c[k]) for k in a if a[k].is_floating_point() and a[k].std() > 0)
     assert torch.equal(state, torch.random.get_rng_state())
+
+
+def test_conv28_starts_at_7x7_and_refuses_other_sizes() -> None:
+    networks = Conv28(Conv28.Options(ngf=8, ndf=8))
+    g = networks.build("generator", (1, 28, 28), generator=seeded())
+    d = networks.build("discriminator", (1, 28, 28), generator=seeded())
+    first = g[1]  # after the noise reshape: z -> 7x7 maps
+    assert isinstance(first, torch.nn.ConvTranspose2d) and first.kernel_size == (7, 7) and first.out_channels == 16
+    assert d[-2].kernel_size == (7, 7)  # 7x7 maps -> one logit
+    with pytest.raises(UserError, match=r"network conv28 needs images of shape \(1, 28, 28\) or \(3, 28, 28\)"):
+        networks.check((1, 32, 32))
 
 
 def test_mlp_spectral_norm_normalises_every_discriminator_layer_from_the_seed() -> None:

@@ -131,12 +131,13 @@ class Noise(nn.Module):
 
 
 # --------------------------------------------------------------------------------------------- DCGAN
-def dcgan_generator(latent: int, width: int, channels: int, size: int) -> nn.Sequential:
-    """ConvT z -> 4x4 with ``width * size/8`` maps, then halve maps / double side until ``size``."""
-    mult = size // 8
+def dcgan_generator(latent: int, width: int, channels: int, size: int, start: int = 4) -> nn.Sequential:
+    """ConvT z -> ``start`` x ``start`` (4 for 32 and 64, 7 for 28), then halve the maps and double the
+    side until ``size``; the last hidden layer holds ``width`` maps."""
+    mult = size // (2 * start)
     layers: list[nn.Module] = [
         Noise(),
-        nn.ConvTranspose2d(latent, width * mult, 4, 1, 0, bias=False),
+        nn.ConvTranspose2d(latent, width * mult, start, 1, 0, bias=False),
         nn.BatchNorm2d(width * mult),
         nn.ReLU(True),
     ]
@@ -151,18 +152,19 @@ def dcgan_generator(latent: int, width: int, channels: int, size: int) -> nn.Seq
     return nn.Sequential(*layers)
 
 
-def dcgan_discriminator(width: int, channels: int, size: int) -> nn.Sequential:
-    """The mirror image: stride-2 convs halve the side down to 4x4, then a 4x4 conv to one logit."""
+def dcgan_discriminator(width: int, channels: int, size: int, start: int = 4) -> nn.Sequential:
+    """The mirror image: stride-2 convs halve the side down to ``start``, then a ``start`` x ``start``
+    conv to one logit."""
     layers: list[nn.Module] = [nn.Conv2d(channels, width, 4, 2, 1, bias=False), nn.LeakyReLU(0.2, True)]
     mult, side = 1, size // 2
-    while side > 4:
+    while side > start:
         layers += [
             nn.Conv2d(width * mult, width * mult * 2, 4, 2, 1, bias=False),
             nn.BatchNorm2d(width * mult * 2),
             nn.LeakyReLU(0.2, True),
         ]
         mult, side = mult * 2, side // 2
-    layers += [nn.Conv2d(width * mult, 1, 4, 1, 0, bias=False), Logits()]
+    layers += [nn.Conv2d(width * mult, 1, start, 1, 0, bias=False), Logits()]
     return nn.Sequential(*layers)
 
 

@@ -100,6 +100,7 @@ class Dcgan64(Networks[ConvOptions]):
     description: ClassVar[str] = "DCGAN pair for 64x64 images (1 or 3 channels): z 100, ngf = ndf = 64, BN"
     Options: ClassVar[type[ConvOptions]] = ConvOptions
     size: ClassVar[int] = 64
+    start: ClassVar[int] = 4  # the side of the first (generator) and last (discriminator) feature maps
 
     def latent_shape(self) -> tuple[int, ...]:
         return (self.options.latent_size, 1, 1)
@@ -115,8 +116,8 @@ class Dcgan64(Networks[ConvOptions]):
 
         def layers() -> nn.Module:
             if role == "generator":
-                return dcgan_generator(o.latent_size, o.ngf, channels, self.size)
-            return dcgan_discriminator(o.ndf, channels, self.size)
+                return dcgan_generator(o.latent_size, o.ngf, channels, self.size, self.start)
+            return dcgan_discriminator(o.ndf, channels, self.size, self.start)
 
         net = skeleton((self.name, role, channels, o.model_dump_json()), layers)
         return materialise(net, generator, dcgan=True)
@@ -128,7 +129,14 @@ class Conv32(Dcgan64):
     size: ClassVar[int] = 32
 
 
+class Conv28(Dcgan64):
+    name: ClassVar[str] = "conv28"
+    description: ClassVar[str] = "DCGAN-like pair for 28x28 images such as MNIST: 7x7 start, 2 up-convs"
+    size: ClassVar[int] = 28
+    start: ClassVar[int] = 7
+
+
 @hookimpl
 def evogan_register_networks(register: Register) -> None:
-    for networks in (MnistMlp, Dcgan64, Conv32):
+    for networks in (MnistMlp, Dcgan64, Conv32, Conv28):
         register(networks)
