@@ -516,7 +516,7 @@ def test_plugin_modules_register_components_with_documented_options() -> None:
     image_networks.evogan_register_networks(register=found.append)
     im.evogan_register_metrics(register=found.append)
     names = {(cls.kind, cls.name) for cls in found}  # type: ignore[attr-defined]
-    assert len(names) == len(found) == 11
+    assert len(names) == len(found) == 12
     for cls in found:
         assert cls.description  # type: ignore[attr-defined]
         for key, field in cls.Options.model_fields.items():  # type: ignore[attr-defined]
