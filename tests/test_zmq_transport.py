@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import subprocess
 import sys
@@ -57,9 +58,7 @@ def stack() -> Iterator[ExitStack]:
         yield s
 
 
-def mesh(
-    stack: ExitStack, groups: list[list[int]], peers: dict[int, list[int]], **options: Any
-) -> list[ZmqTransport]:
+def mesh(stack: ExitStack, groups: list[list[int]], peers: dict[int, list[int]], **options: Any) -> list[ZmqTransport]:
     """One transport per group of local cells, all connected and past the barrier."""
     transports = [stack.enter_context(ZmqTransport(ZmqTransport.Options(**options))) for _ in groups]
     endpoints: dict[int, str] = {}
@@ -138,9 +137,7 @@ def test_barrier_then_first_message_arrives_on_a_2x2_torus(stack: ExitStack) -> 
     for transport, cells in ((a, (0, 1)), (b, (2, 3))):
         for cell in cells:
             got = transport.gather(cell, torus[cell], 0, max_staleness=0, timeout=5)
-            assert {peer: generation_of(frames) for peer, frames in got.items()} == dict.fromkeys(
-                torus[cell], 0
-            )
+            assert {peer: generation_of(frames) for peer, frames in got.items()} == dict.fromkeys(torus[cell], 0)
             decoded = envelope.decode(got[torus[cell][0]], max_bytes=1 << 20)
             assert decoded.header["cell"] == torus[cell][0]
 
@@ -264,9 +261,7 @@ def test_replayed_and_out_of_order_messages_are_dropped_and_counted(stack: ExitS
 
 
 # ------------------------------------------------------------------------------------------ validation
-def test_bad_messages_are_dropped_counted_and_the_receiver_keeps_working(
-    stack: ExitStack, ctx: Sockets
-) -> None:
+def test_bad_messages_are_dropped_counted_and_the_receiver_keeps_working(stack: ExitStack, ctx: Sockets) -> None:
     pub, endpoint = raw_publisher(ctx)
     receiver = stack.enter_context(ZmqTransport(ZmqTransport.Options(max_message_bytes=4096)))
     receiver.bind([0])
@@ -392,9 +387,7 @@ def test_separate_subscriber_process_gets_every_message_after_the_barrier(stack:
 
 
 # ------------------------------------------------------------------------------------------ CURVE
-def test_curve_listed_client_receives_others_get_nothing(
-    stack: ExitStack, ctx: Sockets, tmp_path: Path
-) -> None:
+def test_curve_listed_client_receives_others_get_nothing(stack: ExitStack, ctx: Sockets, tmp_path: Path) -> None:
     keydir = generate_keys(tmp_path / "keys", ["alice"])
     a, b = mesh(stack, [[0], [1]], {0: [1], 1: [0]}, curve_dir=str(keydir), curve_name="alice")
     endpoint = a.endpoints[0]
@@ -464,9 +457,7 @@ def test_messages_inside_a_generation_are_ordered_by_generation_and_substep(stac
     assert stamp_of(b.gather(1, [0], 3, max_staleness=0, timeout=0.2, substep=4)[0]) == (3, 0)
     # ...or the wanted one as soon as it arrives (lockstep)
     got: dict[int, Any] = {}
-    waiter = threading.Thread(
-        target=lambda: got.update(b.gather(1, [0], 3, max_staleness=0, timeout=30, substep=8))
-    )
+    waiter = threading.Thread(target=lambda: got.update(b.gather(1, [0], 3, max_staleness=0, timeout=30, substep=8)))
     waiter.start()
     a.publish(0, stamped(3, 8))
     waiter.join(30)
@@ -488,3 +479,48 @@ def test_a_reconnected_subscriber_gets_the_model_before_the_latest_too(stack: Ex
     late.wait_ready(10)
     assert generation_of(late.gather(5, [0], 3, max_staleness=0, timeout=5)[0]) == 3
     eventually(lambda: late.generations(0) == [3, 4])
+
+
+def test_a_worker_of_more_than_511_cells_opens_its_sockets(stack: ExitStack) -> None:
+    """Two sockets per local cell: libzmq's default limit (1,023 per context) stopped a worker of a 32x32
+    grid's half at its 512th cell. A ring of 600 cells in one transport binds, connects and passes the barrier."""
+    cells = list(range(600))
+    ring = {c: [(c - 1) % 600, (c + 1) % 600] for c in cells}
+    (transport,) = mesh(stack, [cells], ring, scheme="ipc")
+    transport.publish(7, message(7, 0))
+    assert generation_of(transport.gather(8, [7], 0, max_staleness=0, timeout=10)[7]) == 0
+
+
+def test_a_transport_whose_connect_failed_closes_without_hanging() -> None:
+    """A SUB socket made before connect() failed used to stay open, and close() then waited on it forever
+    (the worker hung in zmq's term(), its error never printed)."""
+    transport = ZmqTransport()
+    transport.bind([0, 1])
+    with pytest.raises(RunFailure, match="no endpoint for cell 5, a neighbour of cell 1"):
+        transport.connect({0: "tcp://127.0.0.1:9"}, {0: [], 1: [5]})
+    closer = threading.Thread(target=transport.close, daemon=True)
+    closer.start()
+    closer.join(60)
+    assert not closer.is_alive()
+
+
+def test_running_out_of_sockets_is_one_line_naming_the_cell(monkeypatch: pytest.MonkeyPatch) -> None:
+    transport = ZmqTransport()
+    try:
+        real = transport._ctx.socket
+        made = iter(range(3))
+
+        def socket(kind: int) -> zmq.Socket[bytes]:
+            if next(made, None) is None:
+                raise zmq.ZMQError(errno.EMFILE)
+            return real(kind)
+
+        monkeypatch.setattr(transport._ctx, "socket", socket)
+        with pytest.raises(
+            RunFailure,
+            match=r"cell 3: cannot open a ZeroMQ socket \(Too many open files\) "
+            r"with 3 open in this process.*ulimit -n",
+        ):
+            transport.bind([0, 1, 2, 3])
+    finally:
+        transport.close()

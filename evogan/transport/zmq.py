@@ -158,6 +158,9 @@ class ZmqTransport(ConnectableTransport["ZmqTransport.Options"]):
         self._zmq = zmq
         self._state = _State(self.options.keep)
         self._ctx: zmqlib.Context[zmqlib.Socket[bytes]] = zmq.Context()
+        # Two sockets per local cell (its XPUB and its SUB): libzmq's default of 1,023 per context stopped a
+        # worker at 512 cells. Set before the first socket, when the context sizes its tables.
+        self._ctx.set(zmq.MAX_SOCKETS, self._ctx.get(zmq.SOCKET_LIMIT))
         self._publishers: dict[int, zmqlib.Socket[bytes]] = {}
         self._endpoints: dict[int, str] = {}
         self._subscribers: list[zmqlib.Socket[bytes]] = []
@@ -189,7 +192,8 @@ class ZmqTransport(ConnectableTransport["ZmqTransport.Options"]):
             )
         endpoints: dict[int, str] = {}
         for cell in local_cells:
-            sock = self._ctx.socket(zmq.XPUB)
+            sock = self._socket(zmq.XPUB, cell)
+            self._publishers[cell] = sock  # from the start: close() closes it whatever fails next
             sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.SNDHWM, opts.hwm)
             sock.setsockopt(zmq.XPUB_VERBOSE, 1)
@@ -207,7 +211,6 @@ class ZmqTransport(ConnectableTransport["ZmqTransport.Options"]):
                 sock.bind(f"tcp://{_bracket(host)}:0")
                 port = sock.getsockopt_string(zmq.LAST_ENDPOINT).rsplit(":", 1)[1]
                 endpoints[cell] = f"tcp://{_bracket(advertise)}:{port}"
-            self._publishers[cell] = sock
         self._endpoints.update(endpoints)
         return endpoints
 
@@ -240,7 +243,8 @@ class ZmqTransport(ConnectableTransport["ZmqTransport.Options"]):
             self._peers[cell] = distinct
             if not distinct:
                 continue
-            sock = self._ctx.socket(zmq.SUB)
+            sock = self._socket(zmq.SUB, cell)
+            self._subscribers.append(sock)  # from the start: close() closes it whatever fails next
             sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.RCVHWM, opts.hwm)
             sock.setsockopt(zmq.MAXMSGSIZE, opts.max_message_bytes + (1 << 20))
@@ -257,7 +261,6 @@ class ZmqTransport(ConnectableTransport["ZmqTransport.Options"]):
                 sock.setsockopt(zmq.SUBSCRIBE, _prefix(peer) + SUBSCRIBER_MARK + b"%05d" % cell)
                 sock.connect(endpoints[peer])
                 self._peer_endpoints[peer] = endpoints[peer]
-            self._subscribers.append(sock)
         source = subscribers if subscribers is not None else peers
         self._expected_subscribers = {
             cell: tuple(sorted({p for p in source.get(cell, ()) if p != cell})) for cell in self._publishers
@@ -381,8 +384,8 @@ class ZmqTransport(ConnectableTransport["ZmqTransport.Options"]):
         stopped = True
         if self._io is not None:
             stopped = self._io.stop()
-        else:
-            for sock in self._publishers.values():
+        else:  # never connected, or connect() failed half-way: term() would wait for these forever
+            for sock in [*self._publishers.values(), *self._subscribers]:
                 sock.close(linger=0)
         if self._auth is not None:
             self._auth.stop()
@@ -398,6 +401,16 @@ class ZmqTransport(ConnectableTransport["ZmqTransport.Options"]):
         self.close()
 
     # ------------------------------------------------------------------------------ helpers
+    def _socket(self, kind: int, cell: int) -> zmqlib.Socket[bytes]:
+        try:
+            return self._ctx.socket(kind)
+        except self._zmq.ZMQError as exc:
+            count = len(self._publishers) + len(self._subscribers)
+            raise RunFailure(
+                f"cell {cell}: cannot open a ZeroMQ socket ({exc}) with {count} open in this process, two per "
+                "local cell: run more workers, or raise the open-files limit (ulimit -n)"
+            ) from None
+
     def _require_io(self) -> IOThread:
         if self._io is None:
             raise RuntimeError("call bind() and connect() first")
