@@ -3,6 +3,8 @@ share of each generation spent in the exchange (timings.jsonl ``exchange`` again
 
     .venv/bin/python benchmarks/scaling.py [--recipe recipes/demo.toml] [--generations 4] [--batches 10]
     .venv/bin/python benchmarks/scaling.py --vectorize false true     # workers x vectorised cells
+    .venv/bin/python benchmarks/scaling.py --recipe recipes/sortnet.toml --cells 5x5 16x16 32x32 --batches 0 \
+        --threads 1 --generations 6 --set problem.inputs=12 problem.prefix_layers=0 problem.comparators=60
 
 Throughput is measured in steady state, from the end of generation 1 to the end of the run (process
 start-up, rendezvous and the final scoring are left out), with the default threads (``run.threads = 0``:
@@ -29,7 +31,15 @@ from evogan.plugins import make_plugin_manager
 from evogan.runtime.single import prepare, run_in_process
 
 ROOT = Path(__file__).resolve().parents[1]
-GRIDS = {1: (1, 1), 2: (1, 2), 4: (2, 2), 9: (3, 3)}
+GRIDS = {"1": (1, 1), "2": (1, 2), "4": (2, 2), "9": (3, 3)}
+
+
+def grid_of(cells: str) -> tuple[int, int]:
+    """``--cells`` values: 1, 2, 4, 9 (the grids above) or ROWSxCOLS."""
+    if cells in GRIDS:
+        return GRIDS[cells]
+    rows, _, cols = cells.partition("x")
+    return int(rows), int(cols)
 
 
 class Clock:
@@ -50,15 +60,16 @@ class Clock:
 
 def run(
     recipe: Path,
-    cells: int,
+    cells: str,
     workers: int,
     generations: int,
     batches: int,
     out: Path,
     threads: int,
     vectorize: str = "auto",
+    extra: tuple[str, ...] = (),
 ) -> dict[str, Any]:
-    rows, cols = GRIDS[cells]
+    rows, cols = grid_of(cells)
     clock = Clock()
     overrides = [
         f"run.workers={workers}",
@@ -70,8 +81,9 @@ def run(
         f"run.output_dir={json.dumps(str(out))}",
         f"topology.rows={rows}",
         f"topology.cols={cols}",
-        f"problem.batches_per_generation={batches}",
+        *([f"problem.batches_per_generation={batches}"] if batches else []),
         f"run.vectorize={vectorize if vectorize != 'auto' else json.dumps(vectorize)}",
+        *extra,
     ]
     prepared = prepare(recipe, overrides=overrides, pm=make_plugin_manager(extra=[clock]))
     started = time.perf_counter()
@@ -91,7 +103,7 @@ def run(
         shares.append(phases["exchange"] / sum(phases.values()))
     seconds = [sum(v for v in r.values() if isinstance(v, float)) for r in timings if r["generation"] > 1]
     return {
-        "cells": cells,
+        "cells": rows * cols,
         "workers": workers,
         "vectorize": vectorize,
         "throughput": clock.throughput(),
@@ -105,8 +117,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--recipe", type=Path, default=ROOT / "recipes" / "demo.toml")
     parser.add_argument("--generations", type=int, default=4)
-    parser.add_argument("--batches", type=int, default=10, help="problem.batches_per_generation")
-    parser.add_argument("--cells", type=int, nargs="+", default=[1, 2, 4, 9])
+    parser.add_argument("--batches", type=int, default=10, help="problem.batches_per_generation (0: the recipe's)")
+    parser.add_argument("--cells", nargs="+", default=list(GRIDS), help="1, 2, 4, 9 or ROWSxCOLS grids")
+    parser.add_argument("--set", nargs="+", default=[], help="further recipe overrides, KEY=VALUE")
     parser.add_argument("--threads", type=int, default=0, help="run.threads (0: the default)")
     parser.add_argument(
         "--vectorize", nargs="+", default=["auto"], choices=("auto", "true", "false"),
@@ -118,11 +131,12 @@ def main() -> None:
         for cells in args.cells:
             for workers in (1, 2):
                 for vectorize in args.vectorize:
-                    if workers > cells:
+                    rows, cols = grid_of(cells)
+                    if workers > rows * cols:
                         continue
                     result = run(
                         args.recipe, cells, workers, args.generations, args.batches, Path(scratch), args.threads,
-                        vectorize,
+                        vectorize, tuple(args.set),
                     )  # fmt: skip
                     results.append(result)
                     print(json.dumps(result), file=sys.stderr, flush=True)
