@@ -213,6 +213,22 @@ def test_tail_joins_timings_and_follows_a_rewrite(tmp_path: Path) -> None:
     assert [r["cell"] for r in tail.poll(final=True)] == [1]
 
 
+def test_a_resumed_tail_reports_only_what_is_new_and_holds_no_record_per_generation(tmp_path: Path) -> None:
+    run_dir = RunDirectory(tmp_path)
+    for generation in range(1, 201):
+        for cell in (0, 1):
+            run_dir.append_metrics({"cell": cell, "generation": generation})
+            run_dir.append_timings({"cell": cell, "generation": generation})
+    tail = Tail(run_dir)
+    tail.skip_existing()
+    run_dir.truncate_records({0: 200, 1: 150})  # the resume's rewrite: cell 1 goes back to 150
+    for generation in range(151, 202):  # cell 1's redone generations are not reported twice
+        run_dir.append_metrics({"cell": 1, "generation": generation})
+        run_dir.append_timings({"cell": 1, "generation": generation})
+    assert [(r["cell"], r["generation"]) for r in tail.poll()] == [(1, 201)]
+    assert tail.reported == {0: 200, 1: 201} and not tail.pending and not tail.timings
+
+
 def test_reporter_shows_peer_age_when_present() -> None:
     console = Console(record=True, width=200)
     reporter = TerminalReporter(console, "plain")

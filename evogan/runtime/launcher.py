@@ -84,52 +84,58 @@ def check_launch(prepared: PreparedRun, world: int | None = None) -> int:
 # ------------------------------------------------------------------------------------ tailing
 class Tail:
     """New complete lines of metrics.jsonl joined with their timings lines, each (cell, generation)
-    once. Follows the file across a resume's atomic rewrite (a new inode)."""
+    once. Follows the file across a resume's atomic rewrite (a new inode). Reads line by line and keeps
+    only each cell's last reported generation: a long run's records never sit in the launcher's memory."""
 
     def __init__(self, run_dir: RunDirectory) -> None:
         self.run_dir = run_dir
         self.offsets: dict[str, tuple[int, int]] = {}  # name -> (inode, offset)
         self.timings: dict[tuple[int, int], dict[str, Any]] = {}
         self.pending: list[dict[str, Any]] = []
-        self.seen: set[tuple[int, int]] = set()
+        self.reported: dict[int, int] = {}  # cell -> its last generation reported (a cell's lines come in order)
         self.highest = 0
 
     def skip_existing(self) -> None:
         for record in self._read(METRICS_FILE):
-            self.seen.add((record["cell"], record["generation"]))
-        self._read(TIMINGS_FILE)
+            self.reported[record["cell"]] = max(record["generation"], self.reported.get(record["cell"], 0))
+        for _ in self._read(TIMINGS_FILE):
+            pass
 
-    def _read(self, name: str) -> list[dict[str, Any]]:
+    def _new(self, record: dict[str, Any]) -> bool:
+        return bool(record["generation"] > self.reported.get(record["cell"], 0))
+
+    def _read(self, name: str) -> Iterator[dict[str, Any]]:
+        """The records of the complete lines written since the last read (all of them after a rewrite)."""
         path = self.run_dir.path / name
-        try:
-            with open(path, "rb") as handle:
-                inode = os.fstat(handle.fileno()).st_ino
-                known, offset = self.offsets.get(name, (inode, 0))
-                if known != inode or os.fstat(handle.fileno()).st_size < offset:
-                    offset = 0
-                handle.seek(offset)
-                data = handle.read()
-        except FileNotFoundError:
-            return []
-        end = data.rfind(b"\n") + 1  # a line still being written waits for the next poll
-        self.offsets[name] = (inode, offset + end)
-        records = []
-        for line in data[:end].splitlines():
-            with contextlib.suppress(ValueError):
-                records.append(json.loads(line))
-        return records
+        if not path.exists():  # created once, then only renamed over: never gone again
+            return
+        with open(path, "rb") as handle:
+            inode = os.fstat(handle.fileno()).st_ino
+            known, offset = self.offsets.get(name, (inode, 0))
+            if known != inode or os.fstat(handle.fileno()).st_size < offset:
+                offset = 0
+            handle.seek(offset)
+            for line in handle:
+                if not line.endswith(b"\n"):
+                    break  # a line still being written waits for the next poll
+                offset += len(line)
+                self.offsets[name] = (inode, offset)
+                with contextlib.suppress(ValueError):
+                    yield json.loads(line)
+            self.offsets[name] = (inode, offset)
 
     def poll(self, final: bool = False) -> list[dict[str, Any]]:
         for timing in self._read(TIMINGS_FILE):
-            self.timings[(timing["cell"], timing["generation"])] = timing
-        self.pending += self._read(METRICS_FILE)
+            if self._new(timing):
+                self.timings[(timing["cell"], timing["generation"])] = timing
+        self.pending += (record for record in self._read(METRICS_FILE) if self._new(record))
         ready, waiting = [], []
         for record in self.pending:
             key = (record["cell"], record["generation"])
             if key in self.timings or final:
                 timing = {k: v for k, v in self.timings.pop(key, {}).items() if k not in ("cell", "generation")}
-                if key not in self.seen:
-                    self.seen.add(key)
+                if self._new(record):
+                    self.reported[key[0]] = key[1]
                     self.highest = max(self.highest, key[1])
                     ready.append({**record, "timings": timing})
             else:
