@@ -10,6 +10,7 @@ summarise the neighbourhood, and the cell's DEAP Logbook holds one record per ge
 from __future__ import annotations
 
 import copy
+import functools
 import math
 from collections import deque
 from collections.abc import Generator, Iterator, Mapping, Sequence
@@ -57,7 +58,7 @@ class CellSettings:
     run_id: str
     max_message_bytes: int = 1 << 30
 
-    @property
+    @functools.cached_property  # a runtime protocol check walks the protocol's members: once, not per call
     def sparsity(self) -> StateController | None:
         """The problem's sparsity controller, if it has one (an adversarial problem's ``[problem.sparsity]``)."""
         sparsity = getattr(self.problem, "sparsity", None)

@@ -48,6 +48,9 @@ if TYPE_CHECKING:
 DIRECTORY = "tensorboard"
 BEST = "best"
 # Parts of a metrics record that are bookkeeping, not curves (staleness and drops per neighbour).
+# A cell's events reach its file at most this long after they were logged (and at the run's end); what a
+# killed worker had not flushed is lost, as with tensorboard's own writer (which waits 120 s).
+FLUSH_SECONDS = 5.0
 SKIPPED = frozenset({"cell", "generation", "exchange", "staleness", "dropped", "replaced"})
 
 
@@ -81,9 +84,11 @@ def png_size(data: bytes) -> tuple[int, int]:
 class EventWriter:
     """One TensorBoard event file, written synchronously by :meth:`flush` (tensorboard's own writer uses a
     background thread, whose failures no one would see): a write that fails stops the run with one line
-    naming the file, as the engine's own writes do. Events wait in memory until the flush at the end of
-    each generation, which opens, appends and closes the file, so no file stays open between generations
-    (a worker may be stopped at any time; a file system can be remounted)."""
+    naming the file, as the engine's own writes do. Events wait in memory until a flush, which opens,
+    appends and closes the file, so no file stays open between generations (a worker may be stopped at
+    any time; a file system can be remounted). The hook flushes a cell's events once :data:`FLUSH_SECONDS`
+    have passed since its last flush, and at the run's end: a grid of cheap cells would otherwise open a
+    file per cell and generation (a tenth of a sorting-network cell's generation)."""
 
     _serial = itertools.count()  # one file per writer, even two in one process and second
 
@@ -94,6 +99,7 @@ class EventWriter:
         name = f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}.{os.getpid()}.{next(self._serial)}"
         self.path = directory / name
         self._pending: list[bytes] = []
+        self.flushed = time.monotonic()  # when the pending events last went to the file
         self._add(event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2"))
         if first_step is not None:  # TensorBoard discards what an earlier timeline logged from here on
             start = event_pb2.SessionLog(status=event_pb2.SessionLog.START)
@@ -134,6 +140,7 @@ class EventWriter:
                 for data in self._pending:
                     records.write(data)
         self._pending.clear()
+        self.flushed = time.monotonic()
 
     def close(self) -> None:
         self.flush()
@@ -171,7 +178,8 @@ class TensorBoard:
         every = run.recipe.run.samples_every
         if every and generation % every == 0:
             writer.picture(generation, "samples", run.run_dir.picture_path(f"gen-{generation:04d}", cell))
-        writer.flush()
+        if time.monotonic() - writer.flushed >= FLUSH_SECONDS:
+            writer.flush()
 
     @hookimpl
     def evogan_run_end(self, run: RunInfo, summary: Mapping[str, Any], interrupted: bool) -> None:

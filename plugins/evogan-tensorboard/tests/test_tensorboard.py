@@ -178,3 +178,27 @@ def test_two_workers_log_each_cells_events_exactly_once(tmp_path: Path) -> None:
         assert len(list((board / f"cell-{cell:04d}").glob("events.out.tfevents.*"))) == 1  # one process wrote it
     counts = Counter(e.step for e in read(board / "best").Scalars("best/mixture_score"))
     assert counts == {1: 1, 2: 1, 3: 1}
+
+
+@pytest.mark.parametrize("seconds", [0.0, 1e9])
+def test_events_are_flushed_when_due_and_at_the_end_all_of_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seconds: float
+) -> None:
+    """A cheap cell's generation should not open its event file every time: with a long interval the
+    events reach the file once, at the run's end; with none, every generation; the curves are the same."""
+    flushes: Counter[str] = Counter()
+    flush = evogan_tensorboard.EventWriter.flush
+
+    def counted(writer: Any) -> None:
+        flushes[writer.path.parent.name] += bool(writer._pending)
+        flush(writer)
+
+    monkeypatch.setattr(evogan_tensorboard, "FLUSH_SECONDS", seconds)
+    monkeypatch.setattr(evogan_tensorboard.EventWriter, "flush", counted)
+    recipe = write_tiny_recipe(tmp_path, generations=GENERATIONS)
+    prepared = prepare(recipe, pm=make_plugin_manager())
+    run_in_process(prepared)
+    cells = [f"cell-{cell:04d}" for cell in range(4)]
+    assert [flushes[cell] for cell in cells] == [GENERATIONS if seconds == 0 else 1] * 4
+    for cell in cells:
+        assert steps(read(prepared.run_dir.path / "tensorboard" / cell), "g_loss") == list(range(1, GENERATIONS + 1))
