@@ -245,26 +245,9 @@ class Variation:
     #: the problem varying this job: only for the deprecated ``pairing``, ``mutation`` and ``sparsity``
     problem: Any = field(default=None, repr=False, compare=False)
 
-    @property
-    def pairing(self) -> Any:
-        """Deprecated (0.3.0): the GAN problem's ``self.pairing``."""
-        return self._moved("pairing")
-
-    @property
-    def mutation(self) -> Any:
-        """Deprecated (0.3.0): the GAN problem's ``self.mutation``."""
-        return self._moved("mutation")
-
-    @property
-    def sparsity(self) -> Any:
-        """Deprecated (0.3.0): the GAN problem's ``self.sparsity``."""
-        return self._moved("sparsity")
-
-    def _moved(self, name: str) -> Any:
-        from evogan import deprecated
-
-        deprecated.warn(f"evogan.api.Variation.{name}", stacklevel=4)
-        return getattr(self.problem, name, None)
+    pairing = deprecated.moved_attribute("evogan.api.Variation.pairing", "problem")
+    mutation = deprecated.moved_attribute("evogan.api.Variation.mutation", "problem")
+    sparsity = deprecated.moved_attribute("evogan.api.Variation.sparsity", "problem")
 
     def exchange_due(self, step: int) -> bool:
         """Whether the run exchanges models before batch ``step`` (counted from 0; never before the first)."""
@@ -491,14 +474,6 @@ class Problem(Component[OptionsT]):
 
 # --------------------------------------------------------------------------------------------- transport
 @dataclass
-class Received:
-    """One validated message from a neighbour."""
-
-    header: dict[str, Any]
-    tensors: dict[str, torch.Tensor]
-
-
-@dataclass
 class TransportStats:
     """What a transport counted; ``dropped`` maps a reason (``manifest``, ``header_fields``, ...) to the
     messages dropped for it."""
@@ -609,7 +584,6 @@ __all__ = [
     "OptionsT",
     "Problem",
     "ProblemContext",
-    "Received",
     "Role",
     "Sampler",
     "ScoreStream",

@@ -81,6 +81,8 @@ DEPRECATIONS: tuple[Deprecation, ...] = (
         Deprecation(f"evogan.api.{name}", f"evogan.adversarial.contracts.{name}", since="0.3.0", removal="0.4.0")
         for name in MOVED_TO_ADVERSARIAL
     ),
+    # a transport-internal type: what the envelope decodes to (issue 38: evogan.api holds contracts only)
+    Deprecation("evogan.api.Received", "evogan.transport.envelope.Received", since="0.3.0", removal="0.4.0"),
     # the training backend's contract is named as one: RowByRow and the stacked one implement it (issue 38)
     *(
         Deprecation(old, "evogan.adversarial.contracts.TrainingBackend", since="0.3.0", removal="0.4.0")
@@ -158,6 +160,18 @@ def warn(old: str, *, stacklevel: int = 3) -> None:
     which users see."""
     category = FutureWarning if _BY_NAME[old] in RECIPE_KEYS else DeprecationWarning
     warnings.warn(_BY_NAME[old].message(), category, stacklevel=stacklevel)
+
+
+def moved_attribute(old: str, holder: str) -> property:
+    """A read-only property for the deprecated ``old`` (``module.Class.name``): it warns on behalf of the
+    line that read it, then answers with ``self.<holder>.<name>`` (None where the holder has none)."""
+    name = old.rpartition(".")[2]
+
+    def read(self: Any) -> Any:
+        warn(old)
+        return getattr(getattr(self, holder), name, None)
+
+    return property(read, doc=f"Deprecated: {_BY_NAME[old].message()}.")
 
 
 def module_getattr(module: str, namespace: Mapping[str, Any]) -> Callable[[str], Any]:

@@ -231,8 +231,7 @@ def api_reference() -> str:
         "| --- | --- | --- | --- |",
     ]
     for d in DEPRECATIONS:
-        new, _, why = d.new.partition(" ")
-        out.append(f"| `{d.old}` | {f'`{new}` {why}'.strip()} | {d.since} | {d.removal} at the earliest |")
+        out.append(f"| `{d.old}` | {_code_first(d.new)} | {d.since} | {d.removal} at the earliest |")
     out += [
         "",
         "### Deprecated recipe keys\n",
@@ -251,9 +250,15 @@ def api_reference() -> str:
     ]
     for d in SUMMARY_KEYS:
         file, _, key = d.old.partition(": ")
-        new, _, why = d.new.partition(" ")
-        out.append(f"| `{key}` ({file}) | {f'`{new}` {why}'.strip()} | {d.since} | {d.removal} at the earliest |")
+        out.append(f"| `{key}` ({file}) | {_code_first(d.new)} | {d.since} | {d.removal} at the earliest |")
     return "\n".join([*out, ""])
+
+
+def _code_first(replacement: str) -> str:
+    """A replacement's leading name as code (``evogan.api.X``, ``chosen["test"]``), the rest as prose; one
+    that starts with a plain word ("the problem's own pairing") is prose throughout."""
+    first, _, rest = replacement.partition(" ")
+    return replacement if first.isalpha() else f"`{first}` {rest}".strip()
 
 
 def generate() -> str:

@@ -262,6 +262,25 @@ def test_options_is_a_deprecated_alias_that_0_1_plugins_can_subclass() -> None:
     assert not hasattr(api.Problem, "network_budget")  # deprecated in 0.2.0, removed in 0.3.0
 
 
+def test_moved_names_of_evogan_api_warn_once_from_the_line_that_reads_them() -> None:
+    import evogan.api as api
+    from evogan.transport.envelope import Received
+
+    with pytest.warns(DeprecationWarning, match="use evogan.transport.envelope.Received") as caught:
+        assert api.Received is Received
+    assert len(caught) == 1 and caught[0].filename == __file__
+
+    class Problem:
+        pairing = "the problem's pairing"
+
+    job = api.Variation(0, 1, {}, {}, {}, {}, rnd=None, problem=Problem())  # type: ignore[arg-type]
+    with pytest.warns(DeprecationWarning, match=r"Variation\.pairing is deprecated .*: use the problem's") as caught:
+        assert job.pairing == "the problem's pairing"
+    assert len(caught) == 1 and caught[0].filename == __file__
+    with pytest.warns(DeprecationWarning, match=r"Variation\.sparsity"):
+        assert job.sparsity is None  # a problem without one
+
+
 def test_changelog_records_every_deprecation_and_the_version() -> None:
     changelog = (ROOT / "CHANGELOG.md").read_text()
     releases = re.findall(r"^## (\d+\.\d+\.\d+) - \d{4}-\d{2}-\d{2}$", changelog, flags=re.M)

@@ -16,12 +16,12 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeGuard
 
 import numpy as np
 import torch
 
-from evogan.api import Received
 from evogan.errors import MessageRejected
 
 FORMAT_VERSION = 1
@@ -39,6 +39,14 @@ DTYPES: dict[str, torch.dtype] = {
     "bool": torch.bool,
 }
 DTYPE_NAMES = {dtype: name for name, dtype in DTYPES.items()}
+
+
+@dataclass
+class Received:
+    """One validated message from a neighbour (what :func:`decode` returns)."""
+
+    header: dict[str, Any]
+    tensors: dict[str, torch.Tensor]
 ITEMSIZE = {name: torch.empty(0, dtype=dtype).element_size() for name, dtype in DTYPES.items()}
 MAX_COUNT = 2**63 - 1  # counters, offsets and dimensions are int64 wherever they end up
 MAX_DIMS = 32
@@ -249,6 +257,7 @@ __all__ = [
     "DTYPES",
     "FORMAT_VERSION",
     "MAX_COUNT",
+    "Received",
     "decode",
     "encode",
     "is_count",
