@@ -532,8 +532,8 @@ class ConnectableTransport(Transport[OptionsT]):
 
     @abc.abstractmethod
     def bind(self, local_cells: Sequence[int]) -> dict[int, str]:
-        """Open one publishing endpoint per local cell; return cell -> the address peers connect to
-        (at most 512 UTF-8 bytes each)."""
+        """Open the publishing endpoints of the local cells (one may serve them all); return cell -> the
+        address peers connect to (at most 512 UTF-8 bytes each)."""
 
     @abc.abstractmethod
     def connect(

@@ -1,11 +1,14 @@
 """A rogue in the middle of a running 2-worker run, for the end-to-end wire test (tests/test_wire_fuzz.py).
 
-The run advertises 127.0.0.2 while its cells bind 127.0.0.1, so every subscriber connects here: this process
-binds each advertised endpoint (an XPUB), connects to the real publisher behind it (an XSUB) and forwards
-both ways. Before it forwards a cell's model message of a generation below LAST, it publishes on that cell's
-topic garbage (mutations of the message that a subscriber rejects, and a mangled heartbeat), a replay of
-the cell's previous message and one of a message older than any a subscriber keeps. It counts what each
-subscribing cell must drop, by the reason the subscriber's own check (``zmq_io.check``) gives.
+The run advertises 127.0.0.2 while its workers bind 127.0.0.1, so every subscriber connects here: this
+process binds each advertised endpoint (an XPUB; a worker's cells share one), connects to the real
+publisher behind it (an XSUB) and forwards both ways. Before it forwards a cell's model message of a
+generation below LAST, it publishes on that cell's topic garbage (mutations of the message that a
+subscriber rejects, and a mangled heartbeat), a replay of the cell's previous message and one of a message
+older than any a subscriber keeps. It counts what each
+subscribing cell must drop, by the reason the subscriber's own check (``zmq_io.check``) gives: a worker's
+cells share one subscriber, so a worker drops what its subscribing cells were sent, once per message (the
+test's 2x2 torus on two workers has one subscribing cell per worker and publishing cell).
 
 usage: python tests/rogue_publisher.py RUN_DIR CELLS LAST KEEP STOP_FILE (KEEP: exchange.options.keep)
 Prints one JSON line when STOP_FILE appears: ``{"deliveries": {subscriber: {reason: count}}, "sent": n}``.
@@ -40,8 +43,8 @@ def endpoints(run_dir: Path, cells: int, timeout: float = 120.0) -> dict[int, st
         if time.monotonic() > deadline:
             raise SystemExit(f"rogue: endpoints of cells {sorted(set(range(cells)) - set(found))} never logged")
         for log in (run_dir / "logs").glob("worker-*.out"):
-            for cell, endpoint in re.findall(r"cell (\d+) at (tcp://[^,\s]+)", log.read_text()):
-                found[int(cell)] = endpoint
+            for cells, endpoint in re.findall(r"cells ([\d ]+) at (tcp://[^;\s]+)", log.read_text()):
+                found.update(dict.fromkeys(map(int, cells.split()), endpoint))
         time.sleep(0.05)
     return found
 
@@ -50,9 +53,10 @@ class Rogue:
     def __init__(self, advertised: dict[int, str], last: int, keep: int) -> None:
         self.context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
         self.last, self.keep = last, keep
-        self.xpubs: dict[int, zmq.Socket[bytes]] = {}
-        self.xsubs: dict[int, zmq.Socket[bytes]] = {}
-        for cell, endpoint in advertised.items():
+        self.xpubs: dict[str, zmq.Socket[bytes]] = {}  # advertised endpoint -> the rogue's XPUB there
+        self.xsubs: dict[str, zmq.Socket[bytes]] = {}  # advertised endpoint -> the XSUB on the real one
+        self.endpoint_of = dict(advertised)  # cell -> its worker's advertised endpoint
+        for endpoint in sorted(set(advertised.values())):
             xpub = self.context.socket(zmq.XPUB)
             for option, value in ((zmq.XPUB_VERBOSE, 1), (zmq.XPUB_NODROP, 1), (zmq.SNDHWM, 0), (zmq.LINGER, 0)):
                 xpub.setsockopt(option, value)
@@ -61,7 +65,7 @@ class Rogue:
             xsub.setsockopt(zmq.RCVHWM, 0)
             xsub.setsockopt(zmq.LINGER, 0)
             xsub.connect(endpoint.replace("tcp://127.0.0.2:", "tcp://127.0.0.1:"))
-            self.xpubs[cell], self.xsubs[cell] = xpub, xsub
+            self.xpubs[endpoint], self.xsubs[endpoint] = xpub, xsub
         self.subscribers: dict[int, set[int]] = defaultdict(set)  # cell -> cells subscribed to it
         self.history: dict[int, dict[int, list[bytes]]] = defaultdict(dict)  # cell -> generation -> frames
         self.seen: set[bytes] = set()
@@ -73,23 +77,23 @@ class Rogue:
         poller = zmq.Poller()
         for sock in (*self.xpubs.values(), *self.xsubs.values()):
             poller.register(sock, zmq.POLLIN)
-        cell_of = {sock: cell for cell, sock in (*self.xpubs.items(), *self.xsubs.items())}
+        xpubs = {sock: endpoint for endpoint, sock in self.xpubs.items()}
         while not stop.exists():
             for sock, _ in poller.poll(100):
-                cell = cell_of[sock]
-                if sock is self.xpubs[cell]:
-                    self.subscription(cell, sock.recv())
+                if sock in xpubs:
+                    self.subscription(xpubs[sock], sock.recv())
                 else:
-                    self.message(cell, sock.recv_multipart())
+                    frames = sock.recv_multipart()
+                    self.message(int(frames[0][1 : 1 + envelope.TOPIC_WIDTH]), frames)
 
-    def subscription(self, cell: int, frame: bytes) -> None:
-        mark = b"\x01" + envelope.topic(cell, b"S")
-        if frame.startswith(mark) and frame[len(mark) :].isdigit():
-            self.subscribers[cell].add(int(frame[len(mark) :]))
-        self.xsubs[cell].send(frame)
+    def subscription(self, endpoint: str, frame: bytes) -> None:
+        found = zmq_io.subscribed_cell(frame)
+        if found is not None:
+            self.subscribers[found[0]].add(found[1])
+        self.xsubs[endpoint].send(frame)
 
     def message(self, cell: int, frames: list[bytes]) -> None:
-        xpub = self.xpubs[cell]
+        xpub = self.xpubs[self.endpoint_of[cell]]
         fresh = frames[0] == envelope.topic(cell) and frames[1] not in self.seen
         if fresh:
             self.seen.add(frames[1])
@@ -129,7 +133,7 @@ class Rogue:
     def send(self, cell: int, frames: list[bytes], reason: str | None) -> bool:
         if reason is None:
             return False
-        self.xpubs[cell].send_multipart(frames)
+        self.xpubs[self.endpoint_of[cell]].send_multipart(frames)
         for subscriber in self.subscribers[cell]:
             self.deliveries[subscriber][reason] += 1
         self.sent += 1

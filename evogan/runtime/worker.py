@@ -162,7 +162,10 @@ def run_worker(
     pid_path(directory.path, env.rank).write_text(f"{os.getpid()}\n")
     try:
         endpoints = transport.bind(mine)
-        where = ", ".join(f"cell {c} at {e}" for c, e in endpoints.items())
+        cells_at: dict[str, list[int]] = {}
+        for cell, endpoint in endpoints.items():
+            cells_at.setdefault(endpoint, []).append(cell)
+        where = "; ".join(f"cells {' '.join(map(str, cells))} at {e}" for e, cells in cells_at.items())
         print(f"worker rank {env.rank} publishes {where}", flush=True)  # what a firewall must let through
         tag = f"run {directory.run_id} recipe {recipe.digest}"
         try:

@@ -1,4 +1,10 @@
-"""ZeroMQ transport: one XPUB per local cell, SUBs on exactly the distinct neighbours, latest-wins inbox.
+"""ZeroMQ transport: one XPUB and one SUB per process, whatever its cells; topics name the cell; latest-wins inbox.
+
+A process serves its local cells through one XPUB (every local cell advertises its endpoint; a message's
+topic names the cell that sent it) and receives through one SUB connected once to each distinct endpoint of
+its cells' neighbours, subscribed to exactly those neighbours' topics. Sockets, pipes and the I/O thread's
+polling then grow with the processes a worker talks to, not with its cells (two sockets per cell stopped a
+worker of 512 cells, and polling them cost a 32x32 grid on two workers more than its cells' work).
 
 Lifecycle in a worker: ``t = ZmqTransport(options)``; ``endpoints = t.bind(local_cells)``; exchange the
 endpoints (control plane); ``t.connect(all_endpoints, peers)``; ``t.wait_ready()`` (the subscription
@@ -113,7 +119,7 @@ class ZmqTransport(ConnectableTransport["ZmqTransport.Options"]):
     class Options(ComponentOptions):
         bind: str = Field(
             default="",
-            description="interface the XPUBs bind to (tcp); empty = loopback when every worker is on this machine, "
+            description="interface the XPUB binds to (tcp); empty = loopback when every worker is on this machine, "
             "every interface when the run spans machines (--nnodes > 1)",
         )
         advertise: str = Field(
@@ -122,7 +128,12 @@ class ZmqTransport(ConnectableTransport["ZmqTransport.Options"]):
             "node's address: $EVOGAN_NODE_ADDRESS, else that of the interface that routes to MASTER_ADDR",
         )
         scheme: Literal["tcp", "ipc"] = Field(default="tcp", description="tcp, or ipc for cells on one host")
-        hwm: int = Field(default=2, ge=1, description="send/receive high-water mark, in messages per peer")
+        hwm: int = Field(
+            default=2,
+            ge=1,
+            description="send/receive high-water mark, in messages per cell (the shared sockets' marks scale "
+            "with the cells they carry)",
+        )
         max_message_bytes: int = Field(
             default=256 << 20,
             ge=1024,
@@ -158,12 +169,9 @@ class ZmqTransport(ConnectableTransport["ZmqTransport.Options"]):
         self._zmq = zmq
         self._state = _State(self.options.keep)
         self._ctx: zmqlib.Context[zmqlib.Socket[bytes]] = zmq.Context()
-        # Two sockets per local cell (its XPUB and its SUB): libzmq's default of 1,023 per context stopped a
-        # worker at 512 cells. Set before the first socket, when the context sizes its tables.
-        self._ctx.set(zmq.MAX_SOCKETS, self._ctx.get(zmq.SOCKET_LIMIT))
-        self._publishers: dict[int, zmqlib.Socket[bytes]] = {}
-        self._endpoints: dict[int, str] = {}
-        self._subscribers: list[zmqlib.Socket[bytes]] = []
+        self._publisher: zmqlib.Socket[bytes] | None = None  # the one XPUB of every local cell
+        self._endpoints: dict[int, str] = {}  # local cell -> the XPUB's advertised endpoint
+        self._subscriber: zmqlib.Socket[bytes] | None = None  # the one SUB on every neighbour
         self._peers: dict[int, tuple[int, ...]] = {}
         self._expected_subscribers: dict[int, tuple[int, ...]] = {}
         self._addresses = Addresses(LOOPBACK, LOOPBACK, "not bound yet")
@@ -180,39 +188,42 @@ class ZmqTransport(ConnectableTransport["ZmqTransport.Options"]):
 
     # ------------------------------------------------------------------------------ setup
     def bind(self, local_cells: Sequence[int]) -> dict[int, str]:
-        """One XPUB per local cell on an ephemeral port; returns the endpoints to advertise."""
+        """One XPUB for all ``local_cells`` on an ephemeral port; returns each cell's endpoint to advertise
+        (the same one)."""
         zmq, opts = self._zmq, self.options
         if self._io is not None:
             raise RuntimeError("bind() after connect()")
+        if self._publisher is not None:
+            raise RuntimeError("bind() may be called once")
+        cells = list(local_cells)
         self._addresses = choose(opts.bind, opts.advertise)
         host, advertise = self._addresses.bind, self._addresses.advertise
         if opts.scheme == "tcp" and advertise in WILDCARDS:
             raise UserError(
                 f"exchange.options.advertise is {advertise!r}: set it (or {NODE_ADDRESS_ENV}) to an address peers reach"
             )
-        endpoints: dict[int, str] = {}
-        for cell in local_cells:
-            sock = self._socket(zmq.XPUB, cell)
-            self._publishers[cell] = sock  # from the start: close() closes it whatever fails next
-            sock.setsockopt(zmq.LINGER, 0)
-            sock.setsockopt(zmq.SNDHWM, opts.hwm)
-            sock.setsockopt(zmq.XPUB_VERBOSE, 1)
-            sock.setsockopt(zmq.XPUB_NODROP, 1)
-            sock.setsockopt(zmq.MAXMSGSIZE, 1 << 16)  # inbound traffic is subscriptions only
-            self._heartbeats(sock)
-            if self._curve is not None:
-                self._curve.server(sock)
-            if opts.scheme == "ipc":
-                sock.bind("ipc://*")
-                endpoints[cell] = sock.getsockopt_string(zmq.LAST_ENDPOINT)
-            else:
-                if ":" in host or ":" in advertise:
-                    sock.setsockopt(zmq.IPV6, 1)
-                sock.bind(f"tcp://{_bracket(host)}:0")
-                port = sock.getsockopt_string(zmq.LAST_ENDPOINT).rsplit(":", 1)[1]
-                endpoints[cell] = f"tcp://{_bracket(advertise)}:{port}"
-        self._endpoints.update(endpoints)
-        return endpoints
+        sock = self._socket(zmq.XPUB, cells)
+        self._publisher = sock  # from the start: close() closes it whatever fails next
+        sock.setsockopt(zmq.LINGER, 0)
+        # a subscriber's pipe carries every local cell's models and heartbeats: the mark scales with them
+        sock.setsockopt(zmq.SNDHWM, 2 * opts.hwm * max(1, len(cells)))
+        sock.setsockopt(zmq.XPUB_VERBOSE, 1)
+        sock.setsockopt(zmq.XPUB_NODROP, 1)
+        sock.setsockopt(zmq.MAXMSGSIZE, 1 << 16)  # inbound traffic is subscriptions only
+        self._heartbeats(sock)
+        if self._curve is not None:
+            self._curve.server(sock)
+        if opts.scheme == "ipc":
+            sock.bind("ipc://*")
+            endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        else:
+            if ":" in host or ":" in advertise:
+                sock.setsockopt(zmq.IPV6, 1)
+            sock.bind(f"tcp://{_bracket(host)}:0")
+            port = sock.getsockopt_string(zmq.LAST_ENDPOINT).rsplit(":", 1)[1]
+            endpoint = f"tcp://{_bracket(advertise)}:{port}"
+        self._endpoints = dict.fromkeys(cells, endpoint)
+        return dict(self._endpoints)
 
     @property
     def endpoints(self) -> dict[int, str]:
@@ -235,41 +246,50 @@ class ZmqTransport(ConnectableTransport["ZmqTransport.Options"]):
         zmq, opts = self._zmq, self.options
         if self._io is not None:
             raise RuntimeError("connect() may be called once")
-        missing = set(peers) - set(self._publishers)
+        missing = set(peers) - set(self._endpoints)
         if missing:
             raise RuntimeError(f"connect(): cells {sorted(missing)} were not bound here")
         for cell, neighbours in peers.items():
-            distinct = tuple(sorted({p for p in neighbours if p != cell}))
-            self._peers[cell] = distinct
-            if not distinct:
-                continue
-            sock = self._socket(zmq.SUB, cell)
-            self._subscribers.append(sock)  # from the start: close() closes it whatever fails next
+            self._peers[cell] = tuple(sorted({p for p in neighbours if p != cell}))
+            for peer in self._peers[cell]:
+                if peer not in endpoints:
+                    raise RunFailure(f"no endpoint for cell {peer}, a neighbour of cell {cell}")
+                self._peer_endpoints[peer] = endpoints[peer]
+        distinct = sorted({p for ps in self._peers.values() for p in ps})
+        if distinct:
+            sock = self._socket(zmq.SUB, list(peers))
+            self._subscriber = sock  # from the start: close() closes it whatever fails next
             sock.setsockopt(zmq.LINGER, 0)
-            sock.setsockopt(zmq.RCVHWM, opts.hwm)
+            sock.setsockopt(zmq.RCVHWM, 2 * opts.hwm * len(distinct))
+            # A SUB sends its subscriptions to each publisher it connects under its send mark, and drops
+            # silently what does not fit: one per neighbour and one per (neighbour, local cell) pair here.
+            subscriptions = len(distinct) + sum(len(ps) for ps in self._peers.values())
+            sock.setsockopt(zmq.SNDHWM, 2 * subscriptions + 1000)
             sock.setsockopt(zmq.MAXMSGSIZE, opts.max_message_bytes + (1 << 20))
             self._heartbeats(sock)
             if self._curve is not None:
                 self._curve.client(sock)
+            if any(endpoints[peer].startswith("tcp://[") for peer in distinct):
+                sock.setsockopt(zmq.IPV6, 1)
             for peer in distinct:
-                if peer not in endpoints:
-                    raise RunFailure(f"no endpoint for cell {peer}, a neighbour of cell {cell}")
-                if endpoints[peer].startswith("tcp://["):
-                    sock.setsockopt(zmq.IPV6, 1)
                 sock.setsockopt(zmq.SUBSCRIBE, _prefix(peer))
-                # Matches no topic; tells the peer's XPUB exactly which cell subscribed (the barrier).
-                sock.setsockopt(zmq.SUBSCRIBE, _prefix(peer) + SUBSCRIBER_MARK + b"%05d" % cell)
-                sock.connect(endpoints[peer])
-                self._peer_endpoints[peer] = endpoints[peer]
+            for cell, neighbours in self._peers.items():
+                for peer in neighbours:
+                    # Matches no topic; tells the peer's XPUB exactly which cell subscribed (the barrier).
+                    sock.setsockopt(zmq.SUBSCRIBE, _prefix(peer) + SUBSCRIBER_MARK + b"%05d" % cell)
+            for endpoint in sorted({endpoints[peer] for peer in distinct}):  # once per publishing process
+                sock.connect(endpoint)
         source = subscribers if subscribers is not None else peers
         self._expected_subscribers = {
-            cell: tuple(sorted({p for p in source.get(cell, ()) if p != cell})) for cell in self._publishers
+            cell: tuple(sorted({p for p in source.get(cell, ()) if p != cell})) for cell in self._endpoints
         }
         from evogan.transport.zmq_io import IOThread
 
+        assert self._publisher is not None  # bind() came first: connect() checked the cells
         self._io = IOThread(
-            publishers=self._publishers,
-            subscribers=self._subscribers,
+            publisher=self._publisher,
+            cells=list(self._endpoints),
+            subscriber=self._subscriber,
             peers={p for ps in self._peers.values() for p in ps},
             inbox=self._state,  # type: ignore[arg-type]  # structural: _State implements Inbox
             max_bytes=opts.max_message_bytes,
@@ -314,7 +334,7 @@ class ZmqTransport(ConnectableTransport["ZmqTransport.Options"]):
         from evogan.transport.envelope import parse_header
 
         io = self._require_io()
-        if cell not in self._publishers:
+        if cell not in self._endpoints:
             raise RuntimeError(f"cell {cell} is not served by this transport")
         header = parse_header(frames, max_bytes=self.options.max_message_bytes)
         with self._state.cond:
@@ -385,8 +405,9 @@ class ZmqTransport(ConnectableTransport["ZmqTransport.Options"]):
         if self._io is not None:
             stopped = self._io.stop()
         else:  # never connected, or connect() failed half-way: term() would wait for these forever
-            for sock in [*self._publishers.values(), *self._subscribers]:
-                sock.close(linger=0)
+            for sock in (self._publisher, self._subscriber):
+                if sock is not None:
+                    sock.close(linger=0)
         if self._auth is not None:
             self._auth.stop()
         if stopped:
@@ -401,14 +422,13 @@ class ZmqTransport(ConnectableTransport["ZmqTransport.Options"]):
         self.close()
 
     # ------------------------------------------------------------------------------ helpers
-    def _socket(self, kind: int, cell: int) -> zmqlib.Socket[bytes]:
+    def _socket(self, kind: int, cells: Sequence[int]) -> zmqlib.Socket[bytes]:
         try:
             return self._ctx.socket(kind)
         except self._zmq.ZMQError as exc:
-            count = len(self._publishers) + len(self._subscribers)
             raise RunFailure(
-                f"cell {cell}: cannot open a ZeroMQ socket ({exc}) with {count} open in this process, two per "
-                "local cell: run more workers, or raise the open-files limit (ulimit -n)"
+                f"{_cells_label(cells)}: cannot open a ZeroMQ socket ({exc}): raise the open-files limit "
+                "(ulimit -n)"
             ) from None
 
     def _require_io(self) -> IOThread:
@@ -432,6 +452,16 @@ def _prefix(cell: int) -> bytes:
     from evogan.transport.envelope import topic_prefix
 
     return topic_prefix(cell)
+
+
+def _cells_label(cells: Sequence[int]) -> str:
+    """``cell 3``, ``cells 0-599`` or ``cells 1, 4, 9``: a process's cells in an error line."""
+    ordered = sorted(cells)
+    if len(ordered) == 1:
+        return f"cell {ordered[0]}"
+    if ordered and ordered == list(range(ordered[0], ordered[-1] + 1)):
+        return f"cells {ordered[0]}-{ordered[-1]}"
+    return "cells " + ", ".join(map(str, ordered[:8])) + (f" ... ({len(ordered)} in all)" if len(ordered) > 8 else "")
 
 
 def _bracket(host: str) -> str:

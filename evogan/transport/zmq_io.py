@@ -5,9 +5,10 @@ ZeroMQ sockets are not thread-safe. The transport creates its sockets in the cal
 fence, which is what libzmq asks for when a socket migrates). From then on only this thread touches them:
 other threads enqueue outgoing messages and wake it through a non-blocking pipe.
 
-The loop drains subscriber sockets (every valid message goes to the inbox), reads subscription frames
-on each XPUB (the startup barrier counts them), sends queued publications and a heartbeat per local cell
-every ``heartbeat_interval`` seconds, so liveness keeps flowing while a generation trains for minutes.
+The loop drains the subscriber socket (every valid message goes to the inbox), reads subscription frames
+on the process's XPUB (the startup barrier counts them, per subscribing cell), sends queued publications
+and a heartbeat per local cell every ``heartbeat_interval`` seconds, so liveness keeps flowing while a
+generation trains for minutes. Two sockets and their monitors, whatever the number of local cells.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from zmq.utils.monitor import recv_monitor_message
 
 from evogan.errors import MessageRejected
 from evogan.transport.envelope import MODEL_KIND, TOPIC_WIDTH, is_count, load_json, parse_header, topic
+from evogan.transport.zmq import SUBSCRIBER_MARK
 
 log = logging.getLogger(__name__)
 
@@ -131,13 +133,14 @@ class Inbox:
 
 
 class IOThread(threading.Thread):
-    """Owns the XPUBs (one per local cell), the SUBs and their monitors once started."""
+    """Owns the process's XPUB (every local cell publishes on it), its SUB and their monitors once started."""
 
     def __init__(
         self,
         *,
-        publishers: dict[int, zmq.Socket[bytes]],
-        subscribers: Sequence[zmq.Socket[bytes]],
+        publisher: zmq.Socket[bytes],
+        cells: Sequence[int],
+        subscriber: zmq.Socket[bytes] | None,
         peers: set[int],
         inbox: Inbox,
         max_bytes: int,
@@ -146,22 +149,23 @@ class IOThread(threading.Thread):
         send_grace: float,
     ) -> None:
         super().__init__(name="evogan-zmq-io", daemon=True)
-        self.publishers = publishers
-        self.subscribers = list(subscribers)
+        self.publisher = publisher
+        self.cells = list(cells)
+        self.subscriber = subscriber
         self.peers = peers
         self.inbox = inbox
         self.max_bytes = max_bytes
         self.heartbeat_interval = heartbeat_interval
         self.heartbeat_state = heartbeat_state
         self.send_grace = send_grace
+        self._local = frozenset(cells)
         self._pending: dict[int, tuple[list[Any], float]] = {}
         # the last RESEND models sent per cell: a late or reconnected subscriber gets them at once
         self._recent: dict[int, deque[list[Any]]] = {}
         self.monitors: list[tuple[zmq.Socket[bytes], zmq.Socket[bytes]]] = []
-        for sock in self.subscribers:
-            self.monitors.append((sock, sock.get_monitor_socket(SUB_EVENTS)))
-        for sock in publishers.values():
-            self.monitors.append((sock, sock.get_monitor_socket(PUB_EVENTS)))
+        if subscriber is not None:
+            self.monitors.append((subscriber, subscriber.get_monitor_socket(SUB_EVENTS)))
+        self.monitors.append((publisher, publisher.get_monitor_socket(PUB_EVENTS)))
         self._outgoing: deque[tuple[int, list[Any]]] = deque()
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
@@ -204,18 +208,18 @@ class IOThread(threading.Thread):
     def _loop(self) -> None:
         poller = zmq.Poller()
         poller.register(self._wake_r, zmq.POLLIN)
-        for sock in (*self.publishers.values(), *self.subscribers):
-            poller.register(sock, zmq.POLLIN)
+        poller.register(self.publisher, zmq.POLLIN)
+        if self.subscriber is not None:
+            poller.register(self.subscriber, zmq.POLLIN)
         monitor_of = {}
         for sock, monitor in self.monitors:
             poller.register(monitor, zmq.POLLIN)
             monitor_of[monitor] = sock
-        xpubs = {sock: cell for cell, sock in self.publishers.items()}
         next_beat = time.monotonic()
         while not self._stopping.is_set():
             now = time.monotonic()
             if now >= next_beat:
-                for cell in self.publishers:
+                for cell in self.cells:
                     self._heartbeat(cell)
                 next_beat = max(next_beat + self.heartbeat_interval, now)
             wait_ms = max(0, int((next_beat - time.monotonic()) * 1000) + 1)
@@ -227,8 +231,8 @@ class IOThread(threading.Thread):
                 if item == self._wake_r:
                     with contextlib.suppress(BlockingIOError):
                         os.read(self._wake_r, 4096)
-                elif item in xpubs:
-                    self._read_subscriptions(xpubs[item], item)
+                elif item is self.publisher:
+                    self._read_subscriptions()
                 elif item in monitor_of:
                     self._read_monitor(item)
                 else:
@@ -264,7 +268,7 @@ class IOThread(threading.Thread):
 
     def _try_send(self, cell: int, frames: list[Any], *, lossy: bool = False) -> bool:
         """Never blocks: XPUB_NODROP + DONTWAIT turns a full subscriber pipe into EAGAIN."""
-        sock = self.publishers[cell]
+        sock = self.publisher
         if lossy:
             sock.setsockopt(zmq.XPUB_NODROP, 0)
         try:
@@ -289,23 +293,25 @@ class IOThread(threading.Thread):
             self.inbox.count("send_hwm")
             self._try_send(cell, frames, lossy=True)
 
-    def _read_subscriptions(self, cell: int, sock: zmq.Socket[bytes]) -> None:
-        """XPUB_VERBOSE surfaces every subscription frame; ``\x01c00003.S00001`` says cell 1 subscribed."""
-        mark = b"\x01" + topic(cell, b"S")
+    def _read_subscriptions(self) -> None:
+        """XPUB_VERBOSE surfaces every subscription frame; ``\x01c00003.S00001`` says cell 1 subscribed to
+        local cell 3 (the plain ``\x01c00003.`` that comes with it needs nothing)."""
         for _ in range(DRAIN_BATCH):
             try:
-                frame = sock.recv(zmq.DONTWAIT)
+                frame = self.publisher.recv(zmq.DONTWAIT)
             except zmq.Again:
                 return
-            tail = frame[len(mark) :]
-            if frame.startswith(mark) and len(tail) == TOPIC_WIDTH and tail.isdigit():
-                self.inbox.subscribed(cell, int(tail))
-                self._heartbeat(cell)  # a welcome: the new subscriber hears from us at once
-                # Last-value cache: a subscriber that joins (or reconnects) late gets our recent models now,
-                # not after our next generation; the others hold them already and keep them idempotently.
-                if cell not in self._pending:
-                    for frames in list(self._recent.get(cell, ())):
-                        self._resend(cell, frames)
+            found = subscribed_cell(frame)
+            if found is None or found[0] not in self._local:
+                continue
+            cell, subscriber = found
+            self.inbox.subscribed(cell, subscriber)
+            self._heartbeat(cell)  # a welcome: the new subscriber hears from us at once
+            # Last-value cache: a subscriber that joins (or reconnects) late gets our recent models now,
+            # not after our next generation; the others hold them already and keep them idempotently.
+            if cell not in self._pending:
+                for frames in list(self._recent.get(cell, ())):
+                    self._resend(cell, frames)
 
     def _read_monitor(self, monitor: zmq.Socket[bytes]) -> None:
         for _ in range(DRAIN_BATCH):
@@ -344,8 +350,20 @@ class IOThread(threading.Thread):
             with contextlib.suppress(zmq.ZMQError):
                 sock.disable_monitor()
             monitor.close(linger=0)
-        for sock in (*self.publishers.values(), *self.subscribers):
-            sock.close(linger=0)
+        self.publisher.close(linger=0)
+        if self.subscriber is not None:
+            self.subscriber.close(linger=0)
 
 
-__all__ = ["HEARTBEAT_KIND", "IOThread", "Inbox", "check", "reason_key"]
+def subscribed_cell(frame: bytes) -> tuple[int, int] | None:
+    """``(cell, subscriber)`` from a subscription frame ``\x01c00003.S00001``; None for any other frame."""
+    width = TOPIC_WIDTH
+    if len(frame) != 2 * width + 4 or not frame.startswith(b"\x01c"):
+        return None
+    cell, mark, subscriber = frame[2 : 2 + width], frame[2 + width : 4 + width], frame[4 + width :]
+    if mark != b"." + SUBSCRIBER_MARK or not cell.isdigit() or not subscriber.isdigit():
+        return None
+    return int(cell), int(subscriber)
+
+
+__all__ = ["HEARTBEAT_KIND", "IOThread", "Inbox", "check", "reason_key", "subscribed_cell"]
