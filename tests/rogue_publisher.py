@@ -87,7 +87,7 @@ class Rogue:
                     self.message(int(frames[0][1 : 1 + envelope.TOPIC_WIDTH]), frames)
 
     def subscription(self, endpoint: str, frame: bytes) -> None:
-        found = zmq_io.subscribed_cell(frame)
+        found = envelope.subscribed_cell(frame)
         if found is not None:
             self.subscribers[found[0]].add(found[1])
         self.xsubs[endpoint].send(frame)

@@ -27,6 +27,7 @@ from evogan.errors import MessageRejected
 FORMAT_VERSION = 1
 MODEL_KIND = b"M"
 TOPIC_WIDTH = 5  # c00000. .. c99999.: fixed width, so "c00001." never prefix-matches "c00010."
+SUBSCRIBER_MARK = b"S"  # a second subscription "c00003.S00001" names the subscribing cell (00001)
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -47,6 +48,8 @@ class Received:
 
     header: dict[str, Any]
     tensors: dict[str, torch.Tensor]
+
+
 ITEMSIZE = {name: torch.empty(0, dtype=dtype).element_size() for name, dtype in DTYPES.items()}
 MAX_COUNT = 2**63 - 1  # counters, offsets and dimensions are int64 wherever they end up
 MAX_DIMS = 32
@@ -95,6 +98,22 @@ def topic(cell: int, kind: bytes = MODEL_KIND) -> bytes:
 def topic_prefix(cell: int) -> bytes:
     """What a subscriber passes to ``SUBSCRIBE`` to receive every kind from ``cell`` and nothing else."""
     return b"c%0*d." % (TOPIC_WIDTH, cell)
+
+
+def subscriber_mark(cell: int, subscriber: int) -> bytes:
+    """``b"c00003.S00001"``: a subscription that matches no topic and tells ``cell``'s publisher who listens."""
+    return topic_prefix(cell) + SUBSCRIBER_MARK + b"%0*d" % (TOPIC_WIDTH, subscriber)
+
+
+def subscribed_cell(frame: bytes) -> tuple[int, int] | None:
+    """``(cell, subscriber)`` from an XPUB subscription frame ``\x01c00003.S00001``; None for any other frame."""
+    width = TOPIC_WIDTH
+    if len(frame) != 2 * width + 4 or not frame.startswith(b"\x01c"):
+        return None
+    cell, mark, subscriber = frame[2 : 2 + width], frame[2 + width : 4 + width], frame[4 + width :]
+    if mark != b"." + SUBSCRIBER_MARK or not cell.isdigit() or not subscriber.isdigit():
+        return None
+    return int(cell), int(subscriber)
 
 
 def encode(
@@ -223,9 +242,7 @@ def decode(
         if sorted(names) != sorted(expected):
             missing = sorted(set(expected) - set(names))[:3]
             extra = sorted(set(names) - set(expected))[:3]
-            raise _reject(
-                f"manifest: tensor names differ from the local model (missing {missing}, unexpected {extra})"
-            )
+            raise _reject(f"manifest: tensor names differ from the local model (missing {missing}, unexpected {extra})")
         for entry in manifest:
             dtype, shape = expected[entry["name"]]
             if DTYPES[entry["dtype"]] != dtype or tuple(entry["shape"]) != tuple(shape):

@@ -34,7 +34,6 @@ if TYPE_CHECKING:
     from evogan.transport.zmq_io import IOThread
 
 Frames = list[Any]  # [topic bytes, header bytes, payload memoryview]
-SUBSCRIBER_MARK = b"S"  # a second subscription "c00003.S00001" names the subscribing cell (00001)
 
 
 class _State:
@@ -139,23 +138,17 @@ class ZmqTransport(ConnectableTransport["ZmqTransport.Options"]):
             ge=1024,
             description="payload cap of one message (envelope check; ZMQ MAXMSGSIZE)",
         )
-        heartbeat_interval: float = Field(
-            default=1.0, gt=0, description="seconds between heartbeats per cell"
-        )
+        heartbeat_interval: float = Field(default=1.0, gt=0, description="seconds between heartbeats per cell")
         curve_dir: str = Field(
             default="", description="CURVE certificate directory (evogan keys generate); empty = off"
         )
-        curve_name: str = Field(
-            default="client", description="which client keypair of curve_dir this process uses"
-        )
+        curve_name: str = Field(default="client", description="which client keypair of curve_dir this process uses")
         send_grace: float = Field(
             default=1.0,
             ge=0,
             description="seconds a message waits on a full subscriber pipe before going lossy",
         )
-        barrier_timeout: float = Field(
-            default=30.0, gt=0, description="seconds wait_ready waits for every peer"
-        )
+        barrier_timeout: float = Field(default=30.0, gt=0, description="seconds wait_ready waits for every peer")
         keep: int = Field(
             default=3,
             ge=1,
@@ -276,7 +269,7 @@ class ZmqTransport(ConnectableTransport["ZmqTransport.Options"]):
             for cell, neighbours in self._peers.items():
                 for peer in neighbours:
                     # Matches no topic; tells the peer's XPUB exactly which cell subscribed (the barrier).
-                    sock.setsockopt(zmq.SUBSCRIBE, _prefix(peer) + SUBSCRIBER_MARK + b"%05d" % cell)
+                    sock.setsockopt(zmq.SUBSCRIBE, _subscriber_mark(peer, cell))
             for endpoint in sorted({endpoints[peer] for peer in distinct}):  # once per publishing process
                 sock.connect(endpoint)
         source = subscribers if subscribers is not None else peers
@@ -427,8 +420,7 @@ class ZmqTransport(ConnectableTransport["ZmqTransport.Options"]):
             return self._ctx.socket(kind)
         except self._zmq.ZMQError as exc:
             raise RunFailure(
-                f"{_cells_label(cells)}: cannot open a ZeroMQ socket ({exc}): raise the open-files limit "
-                "(ulimit -n)"
+                f"{_cells_label(cells)}: cannot open a ZeroMQ socket ({exc}): raise the open-files limit (ulimit -n)"
             ) from None
 
     def _require_io(self) -> IOThread:
@@ -452,6 +444,12 @@ def _prefix(cell: int) -> bytes:
     from evogan.transport.envelope import topic_prefix
 
     return topic_prefix(cell)
+
+
+def _subscriber_mark(cell: int, subscriber: int) -> bytes:
+    from evogan.transport.envelope import subscriber_mark
+
+    return subscriber_mark(cell, subscriber)
 
 
 def _cells_label(cells: Sequence[int]) -> str:

@@ -27,8 +27,7 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from evogan.errors import MessageRejected
-from evogan.transport.envelope import MODEL_KIND, TOPIC_WIDTH, is_count, load_json, parse_header, topic
-from evogan.transport.zmq import SUBSCRIBER_MARK
+from evogan.transport.envelope import MODEL_KIND, TOPIC_WIDTH, is_count, load_json, parse_header, subscribed_cell, topic
 
 log = logging.getLogger(__name__)
 
@@ -355,15 +354,4 @@ class IOThread(threading.Thread):
             self.subscriber.close(linger=0)
 
 
-def subscribed_cell(frame: bytes) -> tuple[int, int] | None:
-    """``(cell, subscriber)`` from a subscription frame ``\x01c00003.S00001``; None for any other frame."""
-    width = TOPIC_WIDTH
-    if len(frame) != 2 * width + 4 or not frame.startswith(b"\x01c"):
-        return None
-    cell, mark, subscriber = frame[2 : 2 + width], frame[2 + width : 4 + width], frame[4 + width :]
-    if mark != b"." + SUBSCRIBER_MARK or not cell.isdigit() or not subscriber.isdigit():
-        return None
-    return int(cell), int(subscriber)
-
-
-__all__ = ["HEARTBEAT_KIND", "IOThread", "Inbox", "check", "reason_key", "subscribed_cell"]
+__all__ = ["HEARTBEAT_KIND", "IOThread", "Inbox", "check", "reason_key"]
