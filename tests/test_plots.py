@@ -6,8 +6,9 @@ from __future__ import annotations
 import itertools
 import json
 import tracemalloc
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import matplotlib.image
 import pytest
@@ -15,6 +16,9 @@ import pytest
 from evogan.engine.divergence import divergence_summary
 from evogan.engine.plots import _series, plot_grid
 from evogan.engine.rundir import RunDirectory
+from evogan.plugins import make_plugin_manager
+from evogan.runtime.single import prepare, run_in_process
+from evogan.testing import write_tiny_recipe
 
 
 @pytest.mark.parametrize("layout", [(2, 3), None])
@@ -79,3 +83,23 @@ def test_run_end_reads_the_records_as_a_stream(tmp_path: Path) -> None:
     assert peak(lambda: run_dir.truncate_records({0: 1000})) < size / 20
     kept = run_dir.read_metrics()
     assert len(kept) == 3 * 2000 + 1000 and max(r["generation"] for r in kept if r["cell"] == 0) == 1000
+
+
+def test_a_runs_end_reads_its_records_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The divergence summary and both plots fold the records in one pass: a long run's end parses its
+    hundreds of MB of metrics.jsonl once, not once per consumer."""
+    reads: list[Path] = []
+    stream = RunDirectory.iter_metrics
+
+    def counted(self: RunDirectory) -> Iterator[dict[str, Any]]:
+        reads.append(self.path)
+        return stream(self)
+
+    monkeypatch.setattr(RunDirectory, "iter_metrics", counted)
+    recipe = write_tiny_recipe(tmp_path, generations=2)  # entry-point plugins (TensorBoard's) read on their own
+    prepared = prepare(recipe, run_dir_path=tmp_path / "run", pm=make_plugin_manager(autoload=False))
+    summary = run_in_process(prepared)
+    assert len(reads) == 1
+    run = prepared.run_dir.path
+    assert summary["diverged"] == {} and summary["diverged_at_end"] == []
+    assert (run / "plots" / "metrics.png").stat().st_size > 0 and (run / "plots" / "grid.png").stat().st_size > 0

@@ -98,20 +98,33 @@ def _loss(individual: Individual) -> float:
     return individual.fitness.loss if individual.fitness.valid else float("inf")
 
 
+class DivergenceTally:
+    """The divergence summary folded one record at a time (the run's end reads the records once)."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+        self.last: dict[int, Mapping[str, Any]] = {}
+
+    def add(self, record: Mapping[str, Any]) -> None:
+        cell = int(record["cell"])
+        if record.get("diverged"):
+            self.counts[str(cell)] = self.counts.get(str(cell), 0) + 1
+        if cell not in self.last or record["generation"] >= self.last[cell]["generation"]:
+            self.last[cell] = record
+
+    def summary(self) -> dict[str, Any]:
+        at_end = sorted(cell for cell, record in self.last.items() if record.get("diverged"))
+        return {"diverged": dict(sorted(self.counts.items(), key=lambda item: int(item[0]))), "diverged_at_end": at_end}
+
+
 def divergence_summary(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """``diverged``: cell -> generations in which it diverged; ``diverged_at_end``: the cells that
     diverged in their last generation (their models are restored copies, but training no longer keeps
     them finite)."""
-    counts: dict[str, int] = {}
-    last: dict[int, Mapping[str, Any]] = {}
+    tally = DivergenceTally()
     for record in records:
-        cell = int(record["cell"])
-        if record.get("diverged"):
-            counts[str(cell)] = counts.get(str(cell), 0) + 1
-        if cell not in last or record["generation"] >= last[cell]["generation"]:
-            last[cell] = record
-    at_end = sorted(cell for cell, record in last.items() if record.get("diverged"))
-    return {"diverged": dict(sorted(counts.items(), key=lambda item: int(item[0]))), "diverged_at_end": at_end}
+        tally.add(record)
+    return tally.summary()
 
 
 def failure_line(summary: Mapping[str, Any]) -> str | None:
@@ -125,4 +138,4 @@ def failure_line(summary: Mapping[str, Any]) -> str | None:
     )
 
 
-__all__ = ["OWN", "divergence_summary", "failure_line", "restore", "snapshot"]
+__all__ = ["OWN", "DivergenceTally", "divergence_summary", "failure_line", "restore", "snapshot"]

@@ -34,35 +34,64 @@ def _values(record: Mapping[str, Any]) -> dict[str, float]:
     return {name: float(value) for name, value in values.items() if isinstance(value, int | float)}
 
 
-def _series(
-    records: Iterable[Mapping[str, Any]], limit: int = PLOT_GENERATIONS
-) -> dict[str, dict[int, list[tuple[int, float]]]]:
-    """metric name -> cell -> [(generation, value)], read as a stream: every ``stride``-th generation
-    and each line's last, the stride doubling whenever more than twice ``limit`` generations are held."""
-    series: dict[str, dict[int, list[tuple[int, float]]]] = defaultdict(lambda: defaultdict(list))
-    last: dict[tuple[str, int], tuple[int, float]] = {}
-    stride, held = 1, set[int]()
-    for record in records:
+class MetricLines:
+    """metric name -> cell -> [(generation, value)], folded one record at a time: every ``stride``-th
+    generation and each line's last, the stride doubling whenever more than twice ``limit`` generations
+    are held (a long run's lines thinned evenly, never the whole file in memory)."""
+
+    def __init__(self, limit: int = PLOT_GENERATIONS) -> None:
+        self.limit = limit
+        self.series: dict[str, dict[int, list[tuple[int, float]]]] = defaultdict(lambda: defaultdict(list))
+        self.last: dict[tuple[str, int], tuple[int, float]] = {}
+        self.stride, self.held = 1, set[int]()
+
+    def add(self, record: Mapping[str, Any]) -> None:
         cell, generation = int(record["cell"]), int(record["generation"])
         values = _values(record)
         for name, value in values.items():
-            if (name, cell) not in last or generation >= last[name, cell][0]:
-                last[name, cell] = (generation, value)
-        if generation % stride:
-            continue
-        held.add(generation)
+            if (name, cell) not in self.last or generation >= self.last[name, cell][0]:
+                self.last[name, cell] = (generation, value)
+        if generation % self.stride:
+            return
+        self.held.add(generation)
         for name, value in values.items():
-            series[name][cell].append((generation, value))
-        if len(held) > 2 * limit:
-            stride *= 2
-            held = {g for g in held if g % stride == 0}
-            for lines in series.values():
+            self.series[name][cell].append((generation, value))
+        if len(self.held) > 2 * self.limit:
+            self.stride *= 2
+            self.held = {g for g in self.held if g % self.stride == 0}
+            for lines in self.series.values():
                 for points in lines.values():
-                    points[:] = [p for p in points if p[0] % stride == 0]
-    for (name, cell), point in last.items():
-        if point[0] % stride:  # held already when on the stride
-            series[name][cell].append(point)
-    return series
+                    points[:] = [p for p in points if p[0] % self.stride == 0]
+
+    def lines(self) -> dict[str, dict[int, list[tuple[int, float]]]]:
+        series = {name: {cell: list(points) for cell, points in lines.items()} for name, lines in self.series.items()}
+        for (name, cell), point in self.last.items():
+            if point[0] % self.stride:  # held already when on the stride
+                series.setdefault(name, {}).setdefault(cell, []).append(point)
+        return series
+
+
+def _series(
+    records: Iterable[Mapping[str, Any]], limit: int = PLOT_GENERATIONS
+) -> dict[str, dict[int, list[tuple[int, float]]]]:
+    fold = MetricLines(limit)
+    for record in records:
+        fold.add(record)
+    return fold.lines()
+
+
+class BestSeen:
+    """Each cell's best score over its generations (what stands for it: mixture or best individual),
+    folded one record at a time."""
+
+    def __init__(self) -> None:
+        self.scores: dict[int, float] = {}
+        self.what = "mixture"
+
+    def add(self, record: Mapping[str, Any]) -> None:
+        name, score, _ = record_score(record)
+        cell, self.what = int(record["cell"]), "mixture" if name == "mixture" else "best individual's"
+        self.scores[cell] = min(score, self.scores.get(cell, score))
 
 
 def _pyplot() -> Any:
@@ -88,21 +117,22 @@ def plot_grid(
     records: Iterable[Mapping[str, Any]] | None = None,
     *,
     chosen: int | None = None,
+    seen: BestSeen | None = None,
 ) -> Path:
     """``plots/grid.png``: two heatmaps laid out as the topology (a strip without a 2-D layout), each cell's
     final mixture score (test stream) and the best score it reached over the generations (the mixture
     ES's validation noise; lower is better), or its best individual's where the mixture is disabled;
     ``records``: the run's metrics when the caller has read them
-    already; ``chosen``: the cell chosen on the validation stream, boxed in the first (default: its best)."""
+    already, ``seen``: their best scores when the caller has folded them; ``chosen``: the cell chosen on the
+    validation stream, boxed in the first (default: its best)."""
     import numpy as np
 
     plt = _pyplot()
-    best_seen: dict[int, float] = {}
-    what = "mixture"
-    for record in run_dir.iter_metrics() if records is None else records:
-        name, score, _ = record_score(record)
-        cell, what = int(record["cell"]), "mixture" if name == "mixture" else "best individual's"
-        best_seen[cell] = min(score, best_seen.get(cell, score))
+    if seen is None:
+        seen = BestSeen()
+        for record in run_dir.iter_metrics() if records is None else records:
+            seen.add(record)
+    best_seen, what = seen.scores, seen.what
     cells = max([*final, *best_seen], default=-1) + 1
     rows = cell_rows(cells, layout, columns=max(cells, 1))
     panels = [
@@ -140,10 +170,12 @@ def plot_grid(
     return path
 
 
-def plot_metrics(run_dir: RunDirectory, records: Iterable[Mapping[str, Any]] | None = None) -> list[Path]:
-    """One figure with a panel per metric; returns the files written."""
+def plot_metrics(
+    run_dir: RunDirectory, records: Iterable[Mapping[str, Any]] | None = None, *, lines: MetricLines | None = None
+) -> list[Path]:
+    """One figure with a panel per metric (``lines``: the records already folded); returns the files written."""
     plt = _pyplot()
-    series = _series(run_dir.iter_metrics() if records is None else records)
+    series = lines.lines() if lines is not None else _series(run_dir.iter_metrics() if records is None else records)
     if not series:
         return []
     names = sorted(series, key=lambda n: (not n.startswith("mixture"), n))
@@ -170,4 +202,4 @@ def plot_metrics(run_dir: RunDirectory, records: Iterable[Mapping[str, Any]] | N
     return [path]
 
 
-__all__ = ["cell_rows", "plot_grid", "plot_metrics", "record_score"]
+__all__ = ["BestSeen", "MetricLines", "cell_rows", "plot_grid", "plot_metrics", "record_score"]

@@ -27,8 +27,8 @@ from evogan.api import (
     Transport,
 )
 from evogan.engine.cell import Cell, CellSettings
-from evogan.engine.divergence import divergence_summary
-from evogan.engine.plots import record_score
+from evogan.engine.divergence import DivergenceTally
+from evogan.engine.plots import BestSeen, MetricLines, plot_grid, plot_metrics, record_score
 from evogan.engine.rundir import RunDirectory, writing
 from evogan.engine.scheduler import Scheduler
 from evogan.engine.vectorized import decide
@@ -413,8 +413,14 @@ def write_summary(
     """Pick the best cell among ``cells`` (every cell's scores) on the validation stream, report what
     stands for it on the test stream beside its validation figures, write summary.json and the plots.
 
-    Shared by the single-process driver and the launcher that merges its workers' parts.
+    Shared by the single-process driver and the launcher that merges its workers' parts. The records are
+    read once, in one pass that feeds the divergence summary and both plots (a long run's are hundreds of MB).
     """
+    tally, lines, seen = DivergenceTally(), MetricLines(), BestSeen()
+    for record in run_dir.iter_metrics():
+        tally.add(record)
+        lines.add(record)
+        seen.add(record)
     summary = {
         "run": run_dir.run_id,
         "recipe": recipe.digest,
@@ -423,17 +429,15 @@ def write_summary(
         "interrupted": interrupted,
         "cells": dict(cells),
         **reported(cells, alone),
-        **divergence_summary(run_dir.iter_metrics()),
+        **tally.summary(),
     }
     if problem:
         summary["problem"] = dict(problem)
     run_dir.write_summary(summary)
-    from evogan.engine.plots import plot_grid, plot_metrics
-
     with writing(run_dir.path / "plots"):
-        plot_metrics(run_dir)
+        plot_metrics(run_dir, lines=lines)
         final = {int(cell): _score(scores) for cell, scores in cells.items()}
-        plot_grid(run_dir, final, topology.layout(), chosen=summary["best_cell"])
+        plot_grid(run_dir, final, topology.layout(), chosen=summary["best_cell"], seen=seen)
     return summary
 
 
