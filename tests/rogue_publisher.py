@@ -43,8 +43,8 @@ def endpoints(run_dir: Path, cells: int, timeout: float = 120.0) -> dict[int, st
         if time.monotonic() > deadline:
             raise SystemExit(f"rogue: endpoints of cells {sorted(set(range(cells)) - set(found))} never logged")
         for log in (run_dir / "logs").glob("worker-*.out"):
-            for cells, endpoint in re.findall(r"cells ([\d ]+) at (tcp://[^;\s]+)", log.read_text()):
-                found.update(dict.fromkeys(map(int, cells.split()), endpoint))
+            for listed, endpoint in re.findall(r"cells ([\d ]+) at (tcp://[^;\s]+)", log.read_text()):
+                found.update(dict.fromkeys(map(int, listed.split()), endpoint))
         time.sleep(0.05)
     return found
 
