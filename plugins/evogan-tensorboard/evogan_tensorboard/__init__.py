@@ -87,16 +87,19 @@ class EventWriter:
     naming the file, as the engine's own writes do. Events wait in memory until a flush, which opens,
     appends and closes the file, so no file stays open between generations (a worker may be stopped at
     any time; a file system can be remounted). The hook flushes a cell's events once :data:`FLUSH_SECONDS`
-    have passed since its last flush, and at the run's end: a grid of cheap cells would otherwise open a
+    have passed since its last flush, with each of the cell's checkpoints (every process checkpoints its
+    cells at their end) and at the run's end: a grid of cheap cells would otherwise open a
     file per cell and generation (a tenth of a sorting-network cell's generation)."""
 
-    _serial = itertools.count()  # one file per writer, even two in one process and second
+    # One file per writer, even two in one process and second; zero-padded, as TensorBoard reads a run's
+    # files in name order (an unpadded .10 came before .9, and a resumed timeline's events were dropped).
+    _serial = itertools.count()
 
     def __init__(self, directory: Path, *, first_step: int | None = None) -> None:
         from tensorboard.compat.proto import event_pb2, summary_pb2
 
         self._event, self._summary = event_pb2, summary_pb2
-        name = f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}.{os.getpid()}.{next(self._serial)}"
+        name = f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}.{os.getpid()}.{next(self._serial):06d}"
         self.path = directory / name
         self._pending: list[bytes] = []
         self.flushed = time.monotonic()  # when the pending events last went to the file
@@ -182,6 +185,15 @@ class TensorBoard:
             writer.flush()
 
     @hookimpl
+    def evogan_checkpoint(self, run: RunInfo, cell: int, generation: int, path: Path) -> None:
+        # Every process checkpoints its cells at their end, but only one fires evogan_run_end, and a
+        # worker process exits without atexit: a cell's events reach the file with its checkpoint.
+        with self._lock:
+            writer = self._writers.get((run.run_dir.path, cell))
+        if writer is not None:
+            writer.flush()
+
+    @hookimpl
     def evogan_run_end(self, run: RunInfo, summary: Mapping[str, Any], interrupted: bool) -> None:
         self.close(run.run_dir.path)  # this process's cells are done
         if summary:
@@ -252,6 +264,7 @@ def write_best(run: RunInfo, summary: Mapping[str, Any]) -> None:
 # The entry point registers this module: its hooks are those of one TensorBoard per process.
 _tensorboard = TensorBoard()
 evogan_generation_end = _tensorboard.evogan_generation_end
+evogan_checkpoint = _tensorboard.evogan_checkpoint
 evogan_run_end = _tensorboard.evogan_run_end
 atexit.register(_tensorboard.close_quietly)
 

@@ -185,7 +185,8 @@ def test_events_are_flushed_when_due_and_at_the_end_all_of_them(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seconds: float
 ) -> None:
     """A cheap cell's generation should not open its event file every time: with a long interval the
-    events reach the file once, at the run's end; with none, every generation; the curves are the same."""
+    events reach the file with the cell's checkpoints (here only the last, at the run's end); with none,
+    every generation; the curves are the same."""
     flushes: Counter[str] = Counter()
     flush = evogan_tensorboard.EventWriter.flush
 
@@ -195,10 +196,18 @@ def test_events_are_flushed_when_due_and_at_the_end_all_of_them(
 
     monkeypatch.setattr(evogan_tensorboard, "FLUSH_SECONDS", seconds)
     monkeypatch.setattr(evogan_tensorboard.EventWriter, "flush", counted)
-    recipe = write_tiny_recipe(tmp_path, generations=GENERATIONS)
+    recipe = write_tiny_recipe(tmp_path, generations=GENERATIONS, overrides=["run.checkpoint_every=0"])
     prepared = prepare(recipe, pm=make_plugin_manager())
     run_in_process(prepared)
     cells = [f"cell-{cell:04d}" for cell in range(4)]
     assert [flushes[cell] for cell in cells] == [GENERATIONS if seconds == 0 else 1] * 4
     for cell in cells:
         assert steps(read(prepared.run_dir.path / "tensorboard" / cell), "g_loss") == list(range(1, GENERATIONS + 1))
+
+
+def test_a_processs_event_files_sort_in_the_order_they_were_opened(tmp_path: Path) -> None:
+    """TensorBoard reads a directory's event files in name order; a resumed cell's new file must come
+    after its old one, also when the process's count of writers passes from 9 to 10 within one second."""
+    writers = [evogan_tensorboard.EventWriter(tmp_path) for _ in range(12)]
+    names = [writer.path.name for writer in writers]
+    assert sorted(names) == names
