@@ -128,6 +128,14 @@ def test_fixed_band_decides_from_the_first_full_window() -> None:
     assert d.sparse["density"] == pytest.approx(0.25)
 
 
+def test_decide_after_holds_the_density_through_the_early_transient() -> None:
+    ctrl, g, d = adapt(da_iters=2, d_interval=2, decide_after=4)
+    feed(ctrl, g, d, [(0.1, 0.0, 1.0)] * 4)  # BR far below the band, but the first decision waits past tick 4
+    assert d.sparse["balance"]["decisions"] == 0 and d.sparse["density"] == 0.3
+    feed(ctrl, g, d, [(0.1, 0.0, 1.0)] * 2)  # tick 6: the first decision
+    assert d.sparse["balance"]["decisions"] == 1 and d.sparse["density"] == pytest.approx(0.25)
+
+
 # ------------------------------------------------------------------------------------------ verify
 def windows(*brs: float) -> list[tuple[float, float, float]]:
     """Two samples per decision (da_iters = d_interval = 2), each with ratio ``br`` (fD = 0, r = 1)."""

@@ -201,7 +201,7 @@ class MaskedController(SparsityController[StaticOptions]):
             state["warmup_end"] = state["clock"]
         if (
             state["clock"] % o.d_interval == 0
-            and state["clock"] > state.get("warmup_end", 0)
+            and state["clock"] > max(state.get("warmup_end", 0), o.decide_after)
             and len(state["window"]) >= size
         ):
             state["pending"] = True

@@ -143,6 +143,13 @@ class AdaptOptions(DstOptions):
         description="'dynamic': G prune-and-grow (RigL) every g_interval steps, as the paper; 'static': G keeps "
         "its initial mask and only D's density adapts.",
     )
+    decide_after: int = Field(
+        0,
+        ge=0,
+        description="G steps of the cell's generators before D's first density decision (0: as soon as BR's "
+        "window is full): with a fixed band, hold D's density while BR still rises as the pair first learns, "
+        "which reads as a too strong D at any density.",
+    )
     calibrate: Calibration | None = Field(
         None,
         description="A table: calibrate the band on the pair being trained instead of [br_lower, br_upper] "
