@@ -10,22 +10,27 @@ generation end at or past the budget (an overshoot of at most one generation, lo
   neighbourhood, the offspring replacing the cell's own only if better (the engine's default). 5x5 by
   default: each cell sees 5 of 25 individuals, so good networks take generations to spread (the point
   of Hillis' spatial grid), while a generation still costs only about 0.25 s on one core.
+- ``grid-RxCxK`` (``--per-cell K``): the same torus with ``K`` hosts and parasites a cell, small demes:
+  a cell's engine work hardly grows with its population, so the cost per test falls (RESULTS, "Cells of
+  several hosts").
 - ``panmictic-N``: one cell of ``N = R x C`` hosts and parasites, tournament of 3 among all and
   generational replacement, in the manner of DEAP's ``examples/coev/hillis.py`` (``eaSimple``-style).
 
-Both get the same total population, operators and vectors per parasite. 16 inputs start from Green's
-first 32 comparators (``prefix_layers = 4``) and evolve 40 more, as Hillis seeded his hosts; 12 inputs
-evolve 60 comparators from scratch. Figures per configuration: runs that verified a correct network
-within the budget, the smallest correct one (effective comparators: no-ops and never-swapping
-comparators pruned), and evaluations to the first correct one; compared with Hillis' 61 comparators
-(16 inputs) and the best known 39 (12) and 60 (16). Budgets: 4e7 tests for 12 inputs, 1e8 for 16 (a
-5x5 grid runs 55,000 (16 inputs) to 75,000 (12) tests a second on one core here: a 16-input grid
-run takes about 30 minutes, the panmictic control about a third of that). One JSON line per run goes to
-``benchmarks/logs/sortnet/<commit>.jsonl``; ``--summarise`` prints the table from such logs alone. Usage:
+Both get the same total population (unless ``--per-cell``), operators and vectors per parasite. 16
+inputs start from Green's first 32 comparators (``prefix_layers = 4``) and evolve 40 more, as Hillis
+seeded his hosts; 12 inputs evolve 60 comparators from scratch. Figures per configuration: runs that
+verified a correct network within the budget, the smallest correct one (effective comparators: no-ops
+and never-swapping comparators pruned), and evaluations to the first correct one; compared with Hillis'
+61 comparators (16 inputs) and the best known 39 (12) and 60 (16). Budgets: 4e7 tests for 12 inputs, 1e8
+for 16 (a 5x5 grid runs 55,000 (16 inputs) to 75,000 (12) tests a second on one core here: a 16-input
+grid run takes about 30 minutes, the panmictic control about a third of that). One JSON line per run
+goes to ``benchmarks/logs/sortnet/<commit>.jsonl``; ``--summarise`` prints the table from such logs
+alone. Usage:
 
     .venv/bin/python benchmarks/sortnet.py --list                       # the configurations, no runs
     .venv/bin/python benchmarks/sortnet.py                              # 12 and 16 inputs, 5 seeds (4-5 h)
     .venv/bin/python benchmarks/sortnet.py --inputs 12 --seeds 1 2      # a part
+    .venv/bin/python benchmarks/sortnet.py --inputs 12 --per-cell 8     # grid-5x5x8 beside panmictic-25
     .venv/bin/python benchmarks/sortnet.py --quick                      # smoke: 8 inputs, 3x3, < 1 minute
     .venv/bin/python benchmarks/sortnet.py --summarise                  # every log of benchmarks/logs/sortnet
 """
@@ -94,7 +99,7 @@ def plan(args: argparse.Namespace) -> list[Configuration]:
         grid = (
             f"topology.rows={rows}",
             f"topology.cols={cols}",
-            "population.size=1",
+            f"population.size={args.per_cell}",
             'selection={use="tournament", size=2}',
             'population.replacement="if_better"',
         )
@@ -105,8 +110,9 @@ def plan(args: argparse.Namespace) -> list[Configuration]:
             'selection={use="tournament", size=3}',
             'population.replacement="generational"',
         )
-        what = "torus, 1 per cell, tournament 2 in the neighbourhood, replace if better"
-        configs.append(Configuration(f"grid-{rows}x{cols}", inputs, (*problem, *grid), size, what))
+        what = f"torus, {args.per_cell} per cell, tournament 2 in the neighbourhood, replace if better"
+        name = f"grid-{rows}x{cols}" + (f"x{args.per_cell}" if args.per_cell > 1 else "")
+        configs.append(Configuration(name, inputs, (*problem, *grid), size, what))
         what = "one cell, tournament 3 among all, generational (DEAP hillis.py style)"
         configs.append(Configuration(f"panmictic-{size}", inputs, (*problem, *panmictic), size, what))
     if args.configs:
@@ -205,7 +211,8 @@ def run_one(
         "config": config.name,
         "what": config.what,
         "inputs": config.inputs,
-        "population": config.population,
+        "population": config.population,  # cells of a grid, hosts of the panmictic control: the pairing key
+        "per_cell": args.per_cell if config.name.startswith("grid") else config.population,
         "seed": seed,
         "budget": budget,
         "seconds": args.seconds or None,
@@ -373,6 +380,13 @@ def arguments() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--inputs", type=int, nargs="+", default=[12, 16])
     parser.add_argument("--grid", default="5x5", help="ROWSxCOLS of the grid; the panmictic control has as many")
+    parser.add_argument(
+        "--per-cell",
+        type=int,
+        default=1,
+        help="hosts (and parasites) per grid cell, as population.size; the grid is then named grid-RxCxN and the "
+        "panmictic control keeps R x C (all-vs-all fitness grows with the square of a population)",
+    )
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
     parser.add_argument("--budget", type=float, help="host-by-vector tests per run (default: per inputs)")
     parser.add_argument(
@@ -409,6 +423,8 @@ def arguments() -> argparse.ArgumentParser:
 
 def main() -> None:
     args = arguments().parse_args()
+    if args.per_cell < 1:
+        raise SystemExit(f"--per-cell: {args.per_cell} is not a positive number of hosts")
     if args.summarise is not None:
         summarise(args.summarise or [args.log_dir / SCRIPT])
         return
