@@ -408,6 +408,8 @@ def test_resume_restores_the_calibration_state_exactly(tiny_recipe) -> None:
         ('{use="adapt-relax", verify="always"}', "problem.sparsity.verify: "),
         ('{use="adapt-relax", verify_after=0}', "problem.sparsity.verify_after: "),
         ('{use="adapt-relax", fallback_after=-1}', "problem.sparsity.fallback_after: "),
+        ('{use="adapt-relax", decide_after=-1}', "problem.sparsity.decide_after: "),
+        ('{use="adapt-relax", decide_after="soon"}', "problem.sparsity.decide_after: "),
         ('{use="rigl", sema=1.0}', "problem.sparsity.sema: "),
         ('{use="static", sema=-0.1}', "problem.sparsity.sema: "),
     ],

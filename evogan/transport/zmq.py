@@ -236,6 +236,8 @@ class ZmqTransport(ConnectableTransport["ZmqTransport.Options"]):
         :param subscribers: local cell -> the cells that subscribe to it, for the barrier; default
             ``peers`` (von Neumann neighbourhoods on a torus are symmetric).
         """
+        from evogan.transport.envelope import subscriber_mark, topic_prefix  # torch: not at module import
+
         zmq, opts = self._zmq, self.options
         if self._io is not None:
             raise RuntimeError("connect() may be called once")
@@ -265,11 +267,11 @@ class ZmqTransport(ConnectableTransport["ZmqTransport.Options"]):
             if any(endpoints[peer].startswith("tcp://[") for peer in distinct):
                 sock.setsockopt(zmq.IPV6, 1)
             for peer in distinct:
-                sock.setsockopt(zmq.SUBSCRIBE, _prefix(peer))
+                sock.setsockopt(zmq.SUBSCRIBE, topic_prefix(peer))
             for cell, neighbours in self._peers.items():
                 for peer in neighbours:
                     # Matches no topic; tells the peer's XPUB exactly which cell subscribed (the barrier).
-                    sock.setsockopt(zmq.SUBSCRIBE, _subscriber_mark(peer, cell))
+                    sock.setsockopt(zmq.SUBSCRIBE, subscriber_mark(peer, cell))
             for endpoint in sorted({endpoints[peer] for peer in distinct}):  # once per publishing process
                 sock.connect(endpoint)
         source = subscribers if subscribers is not None else peers
@@ -438,18 +440,6 @@ class ZmqTransport(ConnectableTransport["ZmqTransport.Options"]):
         # A connect attempt made while the link is down would otherwise wait out the kernel's SYN backoff
         # (1, 2, 4 ... 64 s): give up after 2 s and try again, so a restored link reconnects within seconds.
         sock.setsockopt(zmq.CONNECT_TIMEOUT, 2000)
-
-
-def _prefix(cell: int) -> bytes:
-    from evogan.transport.envelope import topic_prefix
-
-    return topic_prefix(cell)
-
-
-def _subscriber_mark(cell: int, subscriber: int) -> bytes:
-    from evogan.transport.envelope import subscriber_mark
-
-    return subscriber_mark(cell, subscriber)
 
 
 def _cells_label(cells: Sequence[int]) -> str:
