@@ -14,8 +14,8 @@ each grid of more than one cell):
 Configurations that make the same recipe (its digest and length) run once; the run's log line names all
 of them.
 
-Training FLOPs (:func:`training_flops`, on :mod:`evogan.cost`) use the sparse ledger's cost model
-(``evogan.sparse.flops``): per sample, a generator step costs ``3 f_G + 2 k f_D`` (G forward and backward, and
+Training FLOPs (:func:`training_flops`, on :mod:`evogan_gan.cost`) use the sparse ledger's cost model
+(``evogan_gan.sparse.flops``): per sample, a generator step costs ``3 f_G + 2 k f_D`` (G forward and backward, and
 each of the ``k`` discriminators it faces forward plus the input-gradient half of a backward: ``g_mixture``
 faces every discriminator of the neighbourhood, the other built-in pairings one), a discriminator step
 ``6 f_D + f_G`` (real and fake batches, the fakes drawn without gradients); times the batch size, the
@@ -63,14 +63,14 @@ from _common import (
     read_logs,
     run_recipe,
 )
-
-from evogan import recipe as recipes
-from evogan.compare import contrast
-from evogan.cost import (  # the scripts and tests reach the cost model here too
+from evogan_gan.cost import (  # the scripts and tests reach the cost model here too
     cost_per_generation,
     discriminators_faced,  # noqa: F401
     egan_step_cost,  # noqa: F401
 )
+
+from evogan import recipe as recipes
+from evogan.compare import contrast
 from evogan.errors import RecipeError, UserError
 from evogan.plugins import make_plugin_manager
 from evogan.registry import Registries

@@ -15,8 +15,7 @@ import time
 
 import torch
 import torch.nn.functional as F
-
-from evogan.builtin.gan.problem import GanProblem
+from evogan_gan.problem import GanProblem
 
 
 def floor_generation(

@@ -23,10 +23,10 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from evogan_gan import stacked_fitness
+from evogan_gan.problem import GanProblem
 from vectorized import WORKLOADS
 
-from evogan.builtin.gan import stacked_fitness
-from evogan.builtin.gan.problem import GanProblem
 from evogan.engine.run import build_settings
 from evogan.plugins import make_plugin_manager
 from evogan.recipe import load

@@ -25,7 +25,7 @@ else
 fi
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader || true
 $PYTHON -c '
-import torch, evogan.engine.run, evogan.builtin.gan.problem, deap.tools, zmq, pydantic, torch_fidelity, mlxtend
+import torch, evogan.engine.run, evogan_gan.problem, deap.tools, zmq, pydantic, torch_fidelity, mlxtend
 print("torch", torch.__version__, "cuda", torch.cuda.is_available())' || exit 1
 
 # Can the stacked backend train on CUDA? Two tiny generations decide; the looped one is the fallback.

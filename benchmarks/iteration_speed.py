@@ -53,8 +53,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import run_recipe, timings
 from _floor import floor_generation
 from _lipizzaner import measure as measure_lipizzaner
+from evogan_gan.problem import GanProblem
 
-from evogan.builtin.gan.problem import GanProblem
 from evogan.engine.run import build_settings, set_threads
 from evogan.plugins import make_plugin_manager
 from evogan.precision import cpu_bf16_units

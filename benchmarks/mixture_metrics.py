@@ -40,9 +40,9 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import git_commit, run_recipe, timings
+from evogan_gan import classifier, image_metrics
+from evogan_gan.problem import GanProblem
 
-from evogan.builtin.gan import classifier, image_metrics
-from evogan.builtin.gan.problem import GanProblem
 from evogan.engine import cell
 from evogan.scores import LazyMetrics
 

@@ -304,8 +304,7 @@ def conv_step_time(iterations: int, batch: int, threads: int) -> float:
     images (Fashion-MNIST's shape; random pixels: data loading is not what costs). Dense compute: masked
     weights cost the same on CPU (see "Sparse kernels on CPU")."""
     import torch
-
-    from evogan.builtin.gan.image_networks import Conv32
+    from evogan_gan.image_networks import Conv32
 
     torch.set_num_threads(threads)
     networks = Conv32(Conv32.Options())

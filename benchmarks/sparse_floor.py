@@ -44,14 +44,14 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import mean_sd
+from evogan_gan.problem import GanProblem
+from evogan_gan.sparse.masks import layer_counts, maskable_parameters, random_masks
 
-from evogan.builtin.gan.problem import GanProblem
 from evogan.engine.run import build_settings, set_threads
 from evogan.plugins import make_plugin_manager
 from evogan.recipe import load as load_recipe
 from evogan.registry import Registries
 from evogan.rng import score_generator
-from evogan.sparse.masks import layer_counts, maskable_parameters, random_masks
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "recipes" / "demo.toml"

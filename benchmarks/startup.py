@@ -50,9 +50,9 @@ PROBE = (
 # label: (module, class, options, sample shape)
 NETWORKS: dict[str, tuple[str, str, dict[str, object], tuple[int, ...]]] = {
     "mnist_mlp, the demo's (hidden 384, spectral norm)": (
-        "evogan.builtin.gan.image_networks", "MnistMlp", {"hidden": 384, "spectral_norm": True}, (1, 28, 28)
+        "evogan_gan.image_networks", "MnistMlp", {"hidden": 384, "spectral_norm": True}, (1, 28, 28)
     ),
-    "sngan32 (spectral norm on 8 layers)": ("evogan.builtin.gan.sngan", "Sngan32", {}, (3, 32, 32)),
+    "sngan32 (spectral norm on 8 layers)": ("evogan_gan.sngan", "Sngan32", {}, (3, 32, 32)),
 }
 BUILD = (
     "import importlib, json, sys, time, torch\n"

@@ -67,7 +67,7 @@ WORKLOADS = {
 @contextmanager
 def pairwise_fitness() -> Iterator[None]:
     """The GAN problem declines batched fitness inside (this process only)."""
-    from evogan.builtin.gan.problem import GanProblem
+    from evogan_gan.problem import GanProblem
 
     original = GanProblem.stacked_fitness
     GanProblem.stacked_fitness = lambda *_: "benchmark: fitness pair by pair"  # type: ignore[method-assign]

@@ -5,9 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from evogan import moved
 from evogan.hookspecs import hookimpl
 from evogan.training import run  # light: torch is imported when a run starts
 from evogan.version import __version__
+
+moved.install()  # the GAN problem's old module names (evogan.sparse, evogan.builtin.gan) still import
 
 if TYPE_CHECKING:
     from evogan.trained import TrainedRun

@@ -59,6 +59,13 @@ MOVED_TO_ADVERSARIAL = (
     "Augment",
     "Metric",
 )
+# modules that moved to the GAN problem's own distribution, evogan-gan (issue 38): old name -> new
+MOVED_MODULES: dict[str, str] = {
+    "evogan.builtin.gan": "evogan_gan",
+    "evogan.sparse": "evogan_gan.sparse",
+    "evogan.builtin.sparsity": "evogan_gan.sparsity",
+    "evogan.cost": "evogan_gan.cost",
+}
 DEPRECATIONS: tuple[Deprecation, ...] = (
     Deprecation("evogan.api.Options", "evogan.api.ComponentOptions", since="0.2.0", removal="0.3.0"),
     Deprecation(
@@ -108,6 +115,11 @@ DEPRECATIONS: tuple[Deprecation, ...] = (
         'evogan.individual.Individual.extra.get("average") (evogan.individual.AVERAGE)',
         since="0.3.0",
         removal="0.4.0",
+    ),
+    # served by evogan.moved's import hook, the same module objects under their old names
+    *(
+        Deprecation(old, f"{new} (the evogan-gan distribution)", since="0.3.0", removal="0.4.0")
+        for old, new in MOVED_MODULES.items()
     ),
     # random streams are called streams: ``generator`` names a GAN's network (issue 38)
     *(

@@ -32,15 +32,8 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "evogan.builtin.selection",
     "evogan.builtin.deap_operators",
     "evogan.builtin.mutation",
-    "evogan.builtin.sparsity",
     "evogan.builtin.transports",
     "evogan.builtin.pairing",
-    "evogan.builtin.gan",
-    "evogan.builtin.gan.images",
-    "evogan.builtin.gan.image_networks",
-    "evogan.builtin.gan.image_metrics",
-    "evogan.builtin.gan.augment",
-    "evogan.builtin.gan.sngan",
 )
 
 # Set to 1 to skip entry-point plugins (built-ins still load).
@@ -85,7 +78,11 @@ def _env_plugins() -> list[str]:
 
 
 def make_plugin_manager(
-    *, autoload: bool | None = None, blocked: Iterable[str] = (), extra: Iterable[object] = ()
+    *,
+    autoload: bool | None = None,
+    blocked: Iterable[str] = (),
+    extra: Iterable[object] = (),
+    modules: Iterable[str] = (),
 ) -> PluginManager:
     """A fresh manager: hookspecs, blocked names, the built-ins, entry points of group ``evogan``, then the
     modules named in ``EVOGAN_PLUGINS`` (loaded even when autoload is off, as pytest's ``PYTEST_PLUGINS``).
@@ -95,6 +92,8 @@ def make_plugin_manager(
     :param autoload: load entry-point plugins; default: unless ``EVOGAN_DISABLE_PLUGIN_AUTOLOAD`` is set.
     :param blocked: plugin names never to load (added to ``EVOGAN_BLOCK_PLUGINS``).
     :param extra: plugin objects to register after the built-ins (the CLI's reporter), before :func:`registered`'s.
+    :param modules: importable module names registered as plugins, as if named in ``EVOGAN_PLUGINS`` (a
+        plugin package's modules with autoload off: ``modules=evogan_gan.PLUGINS``).
     """
     pm = PluginManager()
     pm.add_hookspecs(hookspecs)
@@ -109,7 +108,7 @@ def make_plugin_manager(
         for source in installed_plugins():  # one by one: pluggy's loader stops at the first failure
             if not pm.is_blocked(source.name) and pm.get_plugin(source.name) is None:
                 pm.load_entry_point(source)
-    for module_name in _env_plugins():
+    for module_name in (*modules, *_env_plugins()):
         if pm.is_blocked(module_name) or pm.get_plugin(module_name) is not None:
             continue
         try:

@@ -91,7 +91,10 @@ class Registry:
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             where = f"{key}: " if key else ""
             failed = f"; plugins that failed to load: {', '.join(self.failed)}" if self.failed else ""
-            raise UserError(f"{where}unknown {self.kind} {name!r}{hint}; available: {available}{failed}") from None
+            # a name from a plugin package not installed here (the GAN problem's is evogan-gan)
+            missing = "" if close or failed else "; a plugin package may provide it (`evogan plugins`: those loaded)"
+            message = f"{where}unknown {self.kind} {name!r}{hint}; available: {available}{failed}{missing}"
+            raise UserError(message) from None
 
     def __contains__(self, name: object) -> bool:
         return name in self.entries

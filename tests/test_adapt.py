@@ -10,14 +10,14 @@ from typing import Any
 import pytest
 import torch
 from click.testing import CliRunner
+from evogan_gan import sparsity as builtin
+from evogan_gan.sparse import balance, controller, masks
 from test_sparse import FakeIndividual, make, pair, rng, train
 
 from evogan.adversarial.contracts import GeneratorStep
-from evogan.builtin import sparsity as builtin
 from evogan.cli import _attach_commands, cli
 from evogan.engine.rundir import RunDirectory
 from evogan.runtime.single import prepare, run_in_process
-from evogan.sparse import balance, controller, masks
 
 
 def newest_checkpoint(run_dir: Path, cell: int) -> dict[str, Any]:

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from evogan_gan.augment import DiffAugment, NoAugment
 from test_run import metrics, one_line_error, run  # pytest puts tests/ on sys.path (rootdir conftest, prepend mode)
-
-from evogan.builtin.gan.augment import DiffAugment, NoAugment
 
 IMAGES = (
     'problem.data={use="mnist_demo"}',

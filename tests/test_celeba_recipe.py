@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
+from evogan_gan.image_metrics import INCEPTION_FILE
 
-from evogan.builtin.gan.image_metrics import INCEPTION_FILE
 from evogan.cli import _attach_commands, cli
 
 ROOT = Path(__file__).resolve().parents[1]

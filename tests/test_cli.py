@@ -44,7 +44,7 @@ def test_run_download_fetches_the_inception_weights_into_the_cache(
 ) -> None:
     import hashlib
 
-    from evogan.builtin.gan import image_metrics as im
+    from evogan_gan import image_metrics as im
 
     served, url = file_server
     payload = b"published bytes"

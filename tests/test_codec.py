@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 import torch
+from evogan_gan import sparsity
 
 from evogan.adversarial.contracts import SparsityController
 from evogan.api import ComponentOptions
-from evogan.builtin import sparsity
 from evogan.engine.cell import Cell
 from evogan.engine.codec import Codec, Manifest, Message
 from evogan.engine.optimizer_state import PREFIX

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from evogan_gan.data import TensorSource
+from evogan_gan.problem import GanProblem
 
-from evogan.builtin.gan.data import TensorSource
-from evogan.builtin.gan.problem import GanProblem
 from evogan.engine.run import build_settings
 from evogan.errors import RecipeError, UserError
 from evogan.plugins import make_plugin_manager

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 from deap import tools
+from evogan_gan import PLUGINS as GAN_PLUGINS
 
 from evogan import recipe as recipes
 from evogan.builtin.deap_operators import DeapSelection
@@ -67,7 +68,7 @@ def test_the_global_random_state_is_put_back() -> None:
 
 def recipe_errors(tiny_recipe, *overrides: str) -> list[str]:
     path = tiny_recipe()
-    registries = Registries.from_plugin_manager(make_plugin_manager(autoload=False))
+    registries = Registries.from_plugin_manager(make_plugin_manager(autoload=False, modules=GAN_PLUGINS))
     with pytest.raises(RecipeError) as caught:
         recipes.load(path, registries, overrides)
     return [line.removeprefix(f"{path}: ") for line in caught.value.lines]

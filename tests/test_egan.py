@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from evogan_gan.egan import WINS
+from evogan_gan.losses import LOSSES
+from evogan_gan.problem import GanProblem
 from test_run import metrics, one_line_error, run  # pytest puts tests/ on sys.path (rootdir conftest, prepend mode)
 from torch import nn
 
 from evogan import recipe as recipes
 from evogan.adversarial.contracts import Loss
-from evogan.builtin.gan.egan import WINS
-from evogan.builtin.gan.losses import LOSSES
-from evogan.builtin.gan.problem import GanProblem
 from evogan.engine.run import build_settings
 from evogan.individual import Individual
 from evogan.plugins import make_plugin_manager

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 from click.testing import CliRunner
+from evogan_gan.problem import GanProblem
 
-from evogan.builtin.gan.problem import GanProblem
 from evogan.cli import _attach_commands, cli
 from evogan.engine.ensemble import OPTIMIZED_FILE, Ensemble, optimise, optimise_run
 from evogan.engine.run import build_settings

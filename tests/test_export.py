@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 from click.testing import CliRunner
+from evogan_gan import PLUGINS as GAN_PLUGINS
 
 import evogan
 from evogan.cli import _attach_commands, cli
@@ -134,11 +135,13 @@ def test_errors_are_one_line(run_dir: Path, tmp_path: Path) -> None:
 def test_image_generators_export(networks: str, options: dict, shape: tuple[int, ...]) -> None:
     """Batch norm (conv32) and spectral-norm parametrizations (sngan32) go through torch.export; each row
     is the generator ``u`` picks, applied to its ``z``."""
-    from evogan.builtin.gan.sampler import MixtureSampler, uniform_for
+    from evogan_gan.sampler import MixtureSampler, uniform_for
+
     from evogan.plugins import make_plugin_manager
     from evogan.registry import Registries
 
-    component = Registries.from_plugin_manager(make_plugin_manager(autoload=False))["network"].get(networks)
+    pm = make_plugin_manager(autoload=False, modules=GAN_PLUGINS)
+    component = Registries.from_plugin_manager(pm)["network"].get(networks)
     pair = component(component.Options(**options))
     generators = [pair.build("generator", shape, generator=torch.Generator().manual_seed(i)) for i in range(2)]
     sampler = MixtureSampler(generators, [0.25, 0.75])

@@ -7,11 +7,10 @@ import math
 
 import pytest
 import torch
+from evogan_gan import feature_metrics, image_metrics
+from evogan_gan.image_metrics import ClassifierMetric
 from torch_fidelity.metric_kid import kid_features_to_metric
 from torch_fidelity.metric_prc import prc_features_to_metric
-
-from evogan.builtin.gan import feature_metrics, image_metrics
-from evogan.builtin.gan.image_metrics import ClassifierMetric
 
 
 def test_kid_by_hand_on_two_points() -> None:

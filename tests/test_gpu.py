@@ -13,6 +13,7 @@ import math
 
 import pytest
 import torch
+from evogan_gan.image_metrics import frechet_distance, mean_cov
 from test_run import metrics, run  # pytest puts tests/ on sys.path (rootdir conftest, prepend mode)
 from test_vectorized import (
     AUTO_NOTE,
@@ -24,7 +25,6 @@ from test_vectorized import (
     log,
 )
 
-from evogan.builtin.gan.image_metrics import frechet_distance, mean_cov
 from evogan.engine.run import Driver, pick_device
 from evogan.errors import UserError
 from evogan.recipe import AUTO_VECTORIZES_ON

@@ -15,14 +15,12 @@ import pydantic
 import pytest
 import torch
 import torch.nn.functional as F
-
-from evogan.api import Role
-from evogan.builtin.gan import image_metrics as im
-from evogan.builtin.gan import images
-from evogan.builtin.gan.classifier import DEFAULT_WEIGHTS, load_classifier, weights_hash
-from evogan.builtin.gan.data import LoaderSource, TensorSource
-from evogan.builtin.gan.image_networks import Conv28, Conv32, Dcgan64, MnistMlp
-from evogan.builtin.gan.images import (
+from evogan_gan import image_metrics as im
+from evogan_gan import images
+from evogan_gan.classifier import DEFAULT_WEIGHTS, load_classifier, weights_hash
+from evogan_gan.data import LoaderSource, TensorSource
+from evogan_gan.image_networks import Conv28, Conv32, Dcgan64, MnistMlp
+from evogan_gan.images import (
     CelebADataset,
     Cifar10Dataset,
     FashionMnistDataset,
@@ -30,6 +28,8 @@ from evogan.builtin.gan.images import (
     MnistDataset,
     MnistDemoDataset,
 )
+
+from evogan.api import Role
 from evogan.errors import UserError
 
 CPU = torch.device("cpu")
@@ -283,7 +283,7 @@ def test_conv28_starts_at_7x7_and_refuses_other_sizes() -> None:
 
 
 def test_mlp_spectral_norm_normalises_every_discriminator_layer_from_the_seed() -> None:
-    from evogan.sparse.masks import maskable_parameters
+    from evogan_gan.sparse.masks import maskable_parameters
 
     networks = MnistMlp(MnistMlp.Options(hidden=16, spectral_norm=True))
     state = torch.random.get_rng_state()
@@ -509,7 +509,7 @@ def test_inception_metric_standard_2048_features(random_inception: Path, digits:
 
 
 def test_plugin_modules_register_components_with_documented_options() -> None:
-    from evogan.builtin.gan import image_networks, images
+    from evogan_gan import image_networks, images
 
     found: list[type] = []
     images.evogan_register_datasets(register=found.append)
@@ -550,7 +550,7 @@ def test_networks_built_from_one_skeleton_are_independent_and_drawn_from_the_see
 def test_a_skeleton_is_built_on_the_cpu_and_leaves_the_global_rng_alone() -> None:
     """Not on the meta device, whose first operation imports torch._dynamo and whose spectral norm cost 0.1-0.6
     s a layer (issue 39); the values the skeleton draws come from a fork of the global RNG."""
-    from evogan.builtin.gan.image_layers import _SKELETONS
+    from evogan_gan.image_layers import _SKELETONS
 
     state = torch.random.get_rng_state()
     networks = MnistMlp(MnistMlp.Options(hidden=20, spectral_norm=True))
@@ -566,9 +566,8 @@ def test_seeding_spectral_norm_runs_the_power_iterations_of_fifteen_weight_acces
 ) -> None:
     """The power iterations alone give u and v to the last bit as the 15 accesses to ``layer.weight`` in
     train mode did (each also computed the normalised weight: most of a build's time)."""
+    from evogan_gan.image_layers import seed_power_iteration
     from torch.nn.utils.parametrizations import spectral_norm
-
-    from evogan.builtin.gan.image_layers import seed_power_iteration
 
     fast = spectral_norm(make())
     slow = copy.deepcopy(fast)

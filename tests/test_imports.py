@@ -1,4 +1,5 @@
-"""evogan's modules import one another without a cycle (issue 25).
+"""evogan's modules, and the GAN problem's distribution's (evogan_gan), import one another without a cycle
+(issue 25); evogan imports nothing of evogan_gan (issue 38).
 
 The graph is read from the source with ``ast``, never by importing. An edge ``a -> b`` is any of, anywhere
 in ``a``:
@@ -13,7 +14,7 @@ in ``a``:
 Not edges: the implicit import of a module's parent packages (``import evogan.engine.run`` runs
 ``evogan/__init__.py`` first; counted, any package whose ``__init__`` imports a submodule would be a cycle),
 and modules named by strings at run time: the built-in plugins (:data:`evogan.plugins.BUILTIN_PLUGINS`,
-loaded like any third-party plugin) and :mod:`evogan.sparse`'s PEP 562 ``__getattr__``, whose
+loaded like any third-party plugin) and :mod:`evogan_gan.sparse`'s PEP 562 ``__getattr__``, whose
 TYPE_CHECKING imports name the same modules.
 """
 
@@ -22,17 +23,21 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import evogan_gan
+
 import evogan
 
 PACKAGE = Path(evogan.__file__).parent
+PACKAGES = (PACKAGE, Path(evogan_gan.__file__).parent)
 
 
-def module_files(package: Path = PACKAGE) -> dict[str, Path]:
-    """Every module of the package by dotted name (a package by its own name, not ``.__init__``)."""
+def module_files(packages: tuple[Path, ...] = PACKAGES) -> dict[str, Path]:
+    """Every module of the packages by dotted name (a package by its own name, not ``.__init__``)."""
     modules = {}
-    for path in sorted(package.rglob("*.py")):
-        parts = path.relative_to(package.parent).with_suffix("").parts
-        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    for package in packages:
+        for path in sorted(package.rglob("*.py")):
+            parts = path.relative_to(package.parent).with_suffix("").parts
+            modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     return modules
 
 
@@ -164,7 +169,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from evogan.trained import TrainedRun
 else:
-    controller = lazy("evogan.sparse.controller", globals())
+    controller = lazy("evogan_gan.sparse.controller", globals())
 def later():
     from evogan.registry import Registries
 """
@@ -180,7 +185,7 @@ def later():
         "evogan.transport.envelope",
         "evogan.lazy",
         "evogan.trained",
-        "evogan.sparse.controller",
+        "evogan_gan.sparse.controller",
         "evogan.registry",
     }
     assert "evogan.rng" in {resolve(n, modules) for n in imported_names("from . import rng", "evogan", is_package=True)}
@@ -205,7 +210,7 @@ def test_names_moved_to_break_cycles_still_import_from_their_old_places() -> Non
 def test_the_engine_and_runtime_import_no_sparsity_or_average_module() -> None:
     """Issue 38: per-individual state reaches the engine through ``Individual.extra`` and small protocols
     of the engine's own (``WireState``, ``StateController``; the masked wire format through
-    :mod:`evogan.transport.masked`), so no engine or runtime module names ``evogan.sparse``,
+    :mod:`evogan.transport.masked`), so no engine or runtime module names ``evogan_gan.sparse``,
     ``evogan.average``, the adversarial problem or the built-in GAN, in any kind of import."""
     graph = import_graph(module_files())
     found = {
@@ -213,7 +218,21 @@ def test_the_engine_and_runtime_import_no_sparsity_or_average_module() -> None:
         for module, targets in graph.items()
         if module.startswith(("evogan.engine", "evogan.runtime"))
         for target in targets
-        if target in ("evogan.average", "evogan.sparse", "evogan.adversarial", "evogan.builtin.gan")
-        or target.startswith(("evogan.sparse.", "evogan.adversarial.", "evogan.builtin.gan."))
+        if target in ("evogan.average", "evogan_gan.sparse", "evogan.adversarial", "evogan_gan")
+        or target.startswith(("evogan_gan.sparse.", "evogan.adversarial.", "evogan_gan."))
+    }
+    assert not found, sorted(found)
+
+
+def test_evogan_imports_nothing_of_the_gan_problems_distribution() -> None:
+    """Issue 38: the generic core runs without evogan-gan installed; it reaches the GAN problem only through
+    the plugin manager (entry points), never by an import."""
+    graph = import_graph(module_files())
+    found = {
+        f"{module} -> {target}"
+        for module, targets in graph.items()
+        if not module.startswith("evogan_gan")
+        for target in targets
+        if target.startswith("evogan_gan")
     }
     assert not found, sorted(found)

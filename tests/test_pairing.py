@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 import torch
 from click.testing import CliRunner
+from evogan_gan import PLUGINS as GAN_PLUGINS
 from test_run import metrics as records
 from test_run import run
 from test_vectorized import assert_real_choices
@@ -136,7 +137,7 @@ class Spy:
 
 def centre_cell(tiny_recipe, overrides: list[str]) -> Cell:
     """Cell 4 of a 3x3 torus (4 neighbours), initialised, holding its neighbours' first messages."""
-    registries = Registries.from_plugin_manager(make_plugin_manager(autoload=False))
+    registries = Registries.from_plugin_manager(make_plugin_manager(autoload=False, modules=GAN_PLUGINS))
     recipe = recipes.load(tiny_recipe(rows=3, cols=3), registries, overrides)
     settings = build_settings(recipe, registries, None, torch.device("cpu"))
     topology = build_topology(recipe)
@@ -196,7 +197,7 @@ def test_g_mixture_faces_every_neighbourhood_discriminator_with_the_mixture_weig
 
 
 def test_g_mixture_weights_follow_the_cells_mixture(tiny_recipe) -> None:
-    registries = Registries.from_plugin_manager(make_plugin_manager(autoload=False))
+    registries = Registries.from_plugin_manager(make_plugin_manager(autoload=False, modules=GAN_PLUGINS))
     recipe = recipes.load(tiny_recipe(rows=3, cols=3), registries, ["population.selection=false"])
     settings = build_settings(recipe, registries, None, torch.device("cpu"))
     cell = Cell(4, build_topology(recipe).neighbours(4), settings)
@@ -213,7 +214,7 @@ def test_g_mixture_weights_follow_the_cells_mixture(tiny_recipe) -> None:
 
 def test_a_weighted_step_against_one_discriminator_equals_the_plain_step(tiny_recipe) -> None:
     """The list form with weights (1, 0) updates exactly as the plain call: the weights are the loss's."""
-    registries = Registries.from_plugin_manager(make_plugin_manager(autoload=False))
+    registries = Registries.from_plugin_manager(make_plugin_manager(autoload=False, modules=GAN_PLUGINS))
     recipe = recipes.load(tiny_recipe(), registries)
     settings = build_settings(recipe, registries, None, torch.device("cpu"))
     cell = Cell(0, (), settings)
@@ -260,7 +261,7 @@ def test_neighbour_share_of_zero_is_own_pair_bit_for_bit(tiny_recipe) -> None:
 def test_adapt_faced_trains_each_faced_neighbour_copy_against_that_generator_first(tiny_recipe, monkeypatch) -> None:
     """Every generator step against a neighbour's copy follows one step of that copy against the generator
     (and no step of any other copy); the cell's own pair trains as before."""
-    from evogan.builtin.gan.problem import GanProblem
+    from evogan_gan.problem import GanProblem
 
     steps: list[tuple[str, int]] = []
     original_d, original_g = GanProblem.discriminator_step, GanProblem.generator_step
@@ -383,7 +384,7 @@ def test_an_unknown_pairing_is_a_one_line_recipe_error(tiny_recipe) -> None:
 
 
 def test_shipped_recipes_pick_a_pairing_and_the_paper_recipes_the_reference() -> None:
-    registries = Registries.from_plugin_manager(make_plugin_manager(autoload=False))
+    registries = Registries.from_plugin_manager(make_plugin_manager(autoload=False, modules=GAN_PLUGINS))
     for path in sorted((HERE.parent / "recipes").glob("*.toml")):
         data = recipes.apply_overrides(recipes.read_toml(path), [], str(path))
         pairing = data["problem"].get("pairing", {"use": "reference"})
@@ -404,7 +405,7 @@ def test_only_one_default_per_kind() -> None:
             register(Rival)
 
     with pytest.raises(ComponentConflictError, match=r"'rival' .* and 'reference' .* both claim"):
-        Registries.from_plugin_manager(make_plugin_manager(autoload=False, extra=[Plugin()]))
+        Registries.from_plugin_manager(make_plugin_manager(autoload=False, modules=GAN_PLUGINS, extra=[Plugin()]))
 
 
 def test_components_lists_the_pairings() -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 import matplotlib.image
 import pytest
+from evogan_gan import PLUGINS as GAN_PLUGINS
 
 from evogan.engine.divergence import divergence_summary
 from evogan.engine.plots import _series, plot_grid
@@ -97,7 +98,8 @@ def test_a_runs_end_reads_its_records_once(tmp_path: Path, monkeypatch: pytest.M
 
     monkeypatch.setattr(RunDirectory, "iter_metrics", counted)
     recipe = write_tiny_recipe(tmp_path, generations=2)  # entry-point plugins (TensorBoard's) read on their own
-    prepared = prepare(recipe, run_dir_path=tmp_path / "run", pm=make_plugin_manager(autoload=False))
+    pm = make_plugin_manager(autoload=False, modules=GAN_PLUGINS)
+    prepared = prepare(recipe, run_dir_path=tmp_path / "run", pm=pm)
     summary = run_in_process(prepared)
     assert len(reads) == 1
     run = prepared.run_dir.path

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from evogan_gan import PLUGINS as GAN_PLUGINS
 from pydantic import ValidationError
 
 import evogan
@@ -28,6 +29,7 @@ from evogan.plugins import (
     EntryPointPlugin,
     PluginFailure,
     describe_plugins,
+    installed_plugins,
     make_plugin_manager,
     reporting_failures,
 )
@@ -41,7 +43,17 @@ def test_builtins_register_through_the_same_hooks() -> None:
     registries = Registries.from_plugin_manager(make_plugin_manager(autoload=False))
     assert registries["selection"].entries["tournament"].plugin == "evogan.builtin.selection"
     assert registries["topology"].entries["torus"].plugin == "evogan.builtin.topology"
-    assert "gan" in registries["problem"]
+    assert "gan" not in registries["problem"]  # the GAN problem is a distribution of its own
+
+
+def test_the_gan_problem_registers_through_its_entry_points_like_any_package() -> None:
+    sources = [source for source in installed_plugins() if source.distribution == "evogan-gan"]
+    assert sorted(source.value for source in sources) == sorted(GAN_PLUGINS)
+    registries = Registries.from_plugin_manager(make_plugin_manager())
+    assert registries["problem"].entries["gan"].plugin == "evogan_gan"
+    assert registries["sparsity"].entries["adapt-relax"].plugin == "evogan_gan.sparsity"
+    without_autoload = Registries.from_plugin_manager(make_plugin_manager(autoload=False, modules=GAN_PLUGINS))
+    assert without_autoload["problem"].entries["gan"].plugin == "evogan_gan"
 
 
 def test_a_name_registered_twice_names_both_plugins() -> None:
@@ -162,6 +174,42 @@ def test_moved_gan_contract_warns_once_and_is_the_same_class(name: str) -> None:
     assert len(caught) == 1
 
 
+OLD_GAN_IMPORTS = """
+import warnings
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    from evogan.builtin.gan.problem import GanProblem as Old
+    import evogan.sparse.masks as old_masks
+    import evogan.sparse.flops
+    from evogan.builtin.gan import images
+import evogan_gan.problem, evogan_gan.sparse.masks, evogan_gan.images
+assert Old is evogan_gan.problem.GanProblem and old_masks is evogan_gan.sparse.masks and images is evogan_gan.images
+assert old_masks.__spec__.name == "evogan_gan.sparse.masks"  # the module's own spec, not the alias's
+for warning in caught:
+    print(warning.category.__name__, warning.filename, warning.message)
+"""
+
+
+def test_the_gan_problems_old_module_paths_import_the_same_modules_with_one_warning_each() -> None:
+    """evogan.builtin.gan and evogan.sparse moved to the evogan-gan distribution (0.3.0): an old plugin's
+    imports still work, each moved package warns once (not once per submodule), naming its new home."""
+    shown = subprocess.run([sys.executable, "-c", OLD_GAN_IMPORTS], capture_output=True, text=True, check=True)
+    lines = shown.stdout.splitlines()
+    assert len(lines) == 2, shown.stdout
+    assert lines[0].startswith("DeprecationWarning <string> evogan.builtin.gan is deprecated")
+    assert lines[0].endswith("use evogan_gan (the evogan-gan distribution)")
+    assert lines[1].startswith("DeprecationWarning <string> evogan.sparse is deprecated")
+
+
+def test_an_old_gan_module_path_without_the_distribution_names_what_to_install() -> None:
+    code = "import sys; sys.modules['evogan_gan'] = None\nimport evogan.sparse.masks"
+    failed = subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True)
+    assert failed.returncode == 1
+    last = failed.stderr.strip().splitlines()[-1]
+    assert last.startswith("ModuleNotFoundError: evogan.sparse moved to evogan_gan.sparse, in the distribution ")
+    assert "evogan-gan (pip install -e plugins/evogan-gan" in last
+
+
 @pytest.mark.parametrize("module", ["evogan.api", "evogan.adversarial.contracts"])
 def test_stacked_training_is_the_training_backend_with_one_warning(module: str) -> None:
     """The contract both backends implement is TrainingBackend (0.3.0); StackedTraining, its old name at
@@ -191,9 +239,9 @@ ORDINARY_WORDS = {
 
 
 def test_core_knows_no_builtin_component_names() -> None:
-    """Every module outside builtin/ asks the registries by name; it never names a built-in method itself
-    (the module that defines a component may name it)."""
-    registries = Registries.from_plugin_manager(make_plugin_manager(autoload=False))
+    """Every module outside builtin/ asks the registries by name; it never names a built-in method itself,
+    nor one of the GAN problem's (the module that defines a component may name it)."""
+    registries = Registries.from_plugin_manager(make_plugin_manager(autoload=False, modules=GAN_PLUGINS))
     entries = [entry for kind in KIND_HOOKS for entry in registries[kind]]
     package = ROOT / "evogan"
     core = [path for path in sorted(package.rglob("*.py")) if "builtin" not in path.relative_to(package).parts]
@@ -293,6 +341,13 @@ def test_changelog_records_every_deprecation_and_the_version() -> None:
         release = changelog.split(f"\n## {heading}")[1].split("\n## ")[0]
         section = release.split("### Deprecated\n")[1].split("\n### ")[0]
         assert f"`{deprecation.old}`" in section, f"{deprecation.old} is missing from CHANGELOG.md"
+
+
+def test_the_gan_problems_distribution_is_released_with_evogan() -> None:
+    """evogan-gan is cut from the same tree: its version and its pin of evogan move with evogan's."""
+    project = tomllib.loads((ROOT / "plugins" / "evogan-gan" / "pyproject.toml").read_text())["project"]
+    assert project["version"] == evogan.__version__
+    assert f"evogan=={evogan.__version__}" in project["dependencies"]
 
 
 def test_reference_lists_every_public_name_from_all() -> None:
@@ -650,8 +705,7 @@ def test_a_0_2_loss_naming_the_stream_generator_warns_once_and_trains_with_the_c
 
 def test_a_caller_passing_generator_to_a_renamed_method_warns_and_gets_the_same_result() -> None:
     import torch
-
-    from evogan.builtin.gan.augment import DiffAugment
+    from evogan_gan.augment import DiffAugment
 
     augment = DiffAugment(DiffAugment.Options())
     images = torch.rand(4, 1, 8, 8, generator=torch.Generator().manual_seed(0)) * 2 - 1

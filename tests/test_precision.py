@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 from click.testing import CliRunner, Result
+from evogan_gan import PLUGINS as GAN_PLUGINS
 from test_run import metrics as records
 from test_run import run
 
@@ -37,7 +38,7 @@ def bf16_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def settings_for(path: Path, *overrides: str) -> CellSettings:
-    registries = Registries.from_plugin_manager(make_plugin_manager(autoload=False))
+    registries = Registries.from_plugin_manager(make_plugin_manager(autoload=False, modules=GAN_PLUGINS))
     return build_settings(recipes.load(path, registries, overrides), registries, None, torch.device("cpu"))
 
 
@@ -81,7 +82,7 @@ def test_cpu_bf16_units_are_flag_names() -> None:
 
 
 def test_the_default_written_out_keeps_the_digest(tiny_recipe) -> None:
-    registries = Registries.from_plugin_manager(make_plugin_manager(autoload=False))
+    registries = Registries.from_plugin_manager(make_plugin_manager(autoload=False, modules=GAN_PLUGINS))
     path = tiny_recipe()
     plain, written = (recipes.load(path, registries, o) for o in ([], ['run.precision="fp32"']))
     assert plain.digest == written.digest != recipes.load(path, registries, [BF16]).digest
@@ -169,7 +170,7 @@ def test_bf16_workers_match_the_single_process_run_exactly(tiny_recipe) -> None:
 
 
 def test_networks_under_vmap_are_not_stacked_in_bf16(tiny_recipe, bf16_cpu) -> None:
-    from evogan.builtin.gan.stacked import unautocast
+    from evogan_gan.stacked import unautocast
 
     chain = torch.nn.Sequential(torch.nn.Linear(2, 4), torch.nn.ReLU(), torch.nn.Linear(4, 1))
     normed = torch.nn.Sequential(torch.nn.Linear(2, 4), torch.nn.BatchNorm1d(4), torch.nn.Linear(4, 1))

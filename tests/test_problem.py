@@ -9,15 +9,15 @@ from pathlib import Path
 import pytest
 import torch
 from click.testing import CliRunner
+from evogan_gan.data import TensorSource
+from evogan_gan.problem import GanProblem, batch_dependent
+from evogan_gan.toy import MixtureSource
 from test_run import PROBE, ProbePlugin, metrics, run  # pytest puts tests/ on sys.path (rootdir conftest)
 from test_vectorized import BatchNormPlugin
 from torch import nn
 
 from evogan import recipe as recipes
 from evogan.adversarial.contracts import DataSource
-from evogan.builtin.gan.data import TensorSource
-from evogan.builtin.gan.problem import GanProblem, batch_dependent
-from evogan.builtin.gan.toy import MixtureSource
 from evogan.cli import cli
 from evogan.engine.run import build_settings
 from evogan.plugins import make_plugin_manager, registered

@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import pytest
+from evogan_gan.problem import GanProblem
 
 from evogan.adversarial import AdversarialProblem
 from evogan.api import Problem
-from evogan.builtin.gan.problem import GanProblem
 from evogan.errors import ComponentConflictError
 from evogan.registry import Registry
 from evogan.testing import check_problem
@@ -83,10 +83,10 @@ def test_an_adversarial_problem_owns_its_parts_and_options_without_them_get_the_
 
     import numpy as np
     import torch
+    from evogan_gan.problem import GanOptions
 
     from evogan.adversarial.contracts import SparsityController
     from evogan.api import ComponentOptions, ProblemContext
-    from evogan.builtin.gan.problem import GanOptions
     from evogan.plugins import make_plugin_manager
     from evogan.recipe import build_nested
     from evogan.registry import Registries

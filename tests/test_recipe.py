@@ -43,7 +43,7 @@ def test_every_shipped_recipe_validates(path: Path, registries: Registries, tmp_
 def test_inception_recipes_find_the_cached_weights_or_say_how_to_get_them(
     path: Path, registries: Registries, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from evogan.builtin.gan.image_metrics import INCEPTION
+    from evogan_gan.image_metrics import INCEPTION
 
     monkeypatch.setenv("EVOGAN_CACHE_DIR", str(tmp_path / "cache"))
     cached = tmp_path / "cache" / "weights" / "pt_inception-2015-12-05-6726825d.pth"

@@ -7,10 +7,10 @@ from typing import ClassVar
 
 import pytest
 import torch
+from evogan_gan.schedule import CriticSchedule
 
 from evogan.adversarial.contracts import GeneratorStep, SparsityController
 from evogan.api import ComponentOptions, Problem
-from evogan.builtin.gan.schedule import CriticSchedule
 from evogan.errors import RecipeError
 from evogan.hookspecs import Register, hookimpl
 from evogan.individual import Individual

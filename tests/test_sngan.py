@@ -4,23 +4,23 @@ spectral-norm parametrization, and one short sparse run with the SNGAN settings 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
 import torch
+from evogan_gan import PLUGINS as GAN_PLUGINS
+from evogan_gan import sngan
+from evogan_gan import sparsity as builtin
+from evogan_gan.sparse import flops, masks, wire
 from torch import nn
 from torch.nn.utils import parametrize
 
 from evogan.adversarial.contracts import GeneratorStep, Metric
-from evogan.builtin import sparsity as builtin
-from evogan.builtin.gan import sngan
 from evogan.errors import UserError
 from evogan.hookspecs import hookimpl
-from evogan.plugins import BUILTIN_PLUGINS, make_plugin_manager
+from evogan.plugins import make_plugin_manager
 from evogan.runtime.single import prepare, run_in_process
-from evogan.sparse import flops, masks, wire
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -175,10 +175,7 @@ def tiny_folder(path: Path, count: int = 24) -> Path:
 
 
 def test_cifar10_sngan_recipe_runs_one_generation_on_a_tiny_folder(tmp_path: Path) -> None:
-    extra: list[object] = [TestPlugin()]
-    if "evogan.builtin.gan.sngan" not in BUILTIN_PLUGINS:
-        extra.append(sys.modules["evogan.builtin.gan.sngan"])
-    pm = make_plugin_manager(autoload=False, extra=extra)
+    pm = make_plugin_manager(autoload=False, modules=GAN_PLUGINS, extra=[TestPlugin()])
     folder = tiny_folder(tmp_path / "images")
     overrides = [
         f'run.output_dir="{tmp_path / "runs"}"',

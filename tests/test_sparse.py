@@ -10,15 +10,15 @@ from typing import Any
 
 import pytest
 import torch
+from evogan_gan import sparsity as builtin
+from evogan_gan.sparse import balance, dst, flops, masks, wire
+from evogan_gan.sparse.state import validate_sparse_state
 from pydantic import ValidationError
 from torch import nn
 
 from evogan.adversarial.contracts import GeneratorStep
-from evogan.builtin import sparsity as builtin
 from evogan.errors import MessageRejected, UserError
 from evogan.individual import SPARSE
-from evogan.sparse import balance, dst, flops, masks, wire
-from evogan.sparse.state import validate_sparse_state
 from evogan.transport import envelope
 
 torch.set_num_threads(1)
@@ -264,7 +264,7 @@ def test_masked_spectral_norm_critic_forwards_as_its_masked_weights_after_traini
     # The base configuration of the sparse benchmark: a spectral-norm D whose masks sit on the tensor
     # Adam trains. After steps, pruned positions and their moments are exactly zero, and the forward is
     # the same as the forward of weights masked by hand (nothing leaks through the parametrization).
-    from evogan.builtin.gan.image_networks import MnistMlp
+    from evogan_gan.image_networks import MnistMlp
 
     networks = MnistMlp(MnistMlp.Options(hidden=16, latent_size=4, spectral_norm=True))
     g = individual("generator", networks.build("generator", (1, 28, 28), generator=rng(0)))

@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 import torch
+from evogan_gan.problem import GanProblem
+from evogan_gan.stacked import run_plan
+from evogan_gan.stacked_fitness import StackedGanFitness, run_stacked
 from test_celeba_recipe import write_shapes
 from test_vectorized import BatchNormPlugin
 from torch import nn
 
 from evogan.api import Problem, Role
-from evogan.builtin.gan.problem import GanProblem
-from evogan.builtin.gan.stacked import run_plan
-from evogan.builtin.gan.stacked_fitness import StackedGanFitness, run_stacked
 from evogan.engine.run import build_settings
 from evogan.plugins import make_plugin_manager, registered
 from evogan.recipe import load
@@ -31,7 +31,7 @@ TOLERANCE = 1e-4
 def rows(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Every test in both ways of running the networks: on the CPU each network on its own (the default
     there), and as stacked rows (the default on CUDA, exercised here on the CPU)."""
-    from evogan.builtin.gan import stacked_fitness
+    from evogan_gan import stacked_fitness
 
     monkeypatch.setitem(stacked_fitness.STACK_ROWS, "cpu", request.param == "stacked-rows")
     return str(request.param)
@@ -190,9 +190,9 @@ def test_the_batchnorm_and_layernorm_test_networks_stack_too(tiny_recipe) -> Non
 def test_the_shared_input_chain_and_the_chunks_compute_each_rows_network(monkeypatch, rows: str) -> None:
     """The first layer of every row as one product, then ``baddbmm``; inputs cut into chunks of samples
     (here forced small) give the same rows."""
-    from evogan.builtin.gan import stacked_fitness
-    from evogan.builtin.gan.stacked import linear_plan
-    from evogan.builtin.gan.stacked_fitness import stacked_state
+    from evogan_gan import stacked_fitness
+    from evogan_gan.stacked import linear_plan
+    from evogan_gan.stacked_fitness import stacked_state
 
     networks = [
         nn.Sequential(nn.Flatten(), nn.Linear(6, 5), nn.LeakyReLU(0.2), nn.Linear(5, 1), nn.Flatten(0))

@@ -75,7 +75,7 @@ def test_sweep_logs_a_line_per_run_resumes_and_reports_a_failing_variation(tiny_
     assert record["metric"] == {"name": "modes", "primary": "tvd", "lower_is_better": True}
     assert record["wall_s"] > 0 and record["cpu_s"] > 0 and len(record["machine"]["load"]) == 3
     assert record["evogan"] and record["threads"] >= 1
-    assert record["steps"] == 4 and record["training_flops"] > 0  # 4 batches, each a G step (evogan.cost)
+    assert record["steps"] == 4 and record["training_flops"] > 0  # 4 batches, each a G step (evogan_gan.cost)
     run_dir = Path(record["run_dir"])
     assert run_dir.parent == tmp_path / "sweep-runs" and (run_dir / "summary.json").exists()
 

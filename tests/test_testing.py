@@ -11,14 +11,15 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 import torch
+from evogan_gan import PLUGINS as GAN_PLUGINS
+from evogan_gan.image_metrics import INCEPTION_FILE
+from evogan_gan.image_networks import MnistMlp
+from evogan_gan.toy import GaussianGrid, GaussianRing, Mlp2d
 from pydantic import ConfigDict
 
 from evogan import hookimpl
 from evogan.adversarial.contracts import Loss, Mutation, Networks
 from evogan.api import ComponentOptions, Role, Selection, Topology
-from evogan.builtin.gan.image_metrics import INCEPTION_FILE
-from evogan.builtin.gan.image_networks import MnistMlp
-from evogan.builtin.gan.toy import GaussianGrid, GaussianRing, Mlp2d
 from evogan.hookspecs import Register
 from evogan.individual import Individual
 from evogan.plugins import make_plugin_manager
@@ -37,7 +38,7 @@ from evogan.testing import (
     write_tiny_recipe,
 )
 
-BUILTINS = Registries.from_plugin_manager(make_plugin_manager(autoload=False))
+BUILTINS = Registries.from_plugin_manager(make_plugin_manager(autoload=False, modules=GAN_PLUGINS))
 # Options a component cannot do without (everything else validates with its defaults).
 REQUIRED: dict[str, dict[str, Any]] = {"deap": {"operator": "selTournament", "tournsize": 2}}
 CHECKS = {

@@ -11,8 +11,7 @@ import math
 
 import pytest
 import torch
-
-from evogan.builtin.gan.toy import GaussianGrid, GaussianRing, ModeCoverage
+from evogan_gan.toy import GaussianGrid, GaussianRing, ModeCoverage
 
 CPU = torch.device("cpu")
 RING = [(2 * math.cos(k * math.pi / 4), 2 * math.sin(k * math.pi / 4)) for k in range(8)]

@@ -107,7 +107,7 @@ def test_the_metric_is_prepared_only_when_scores_are_asked_for(
 ) -> None:
     """Sampling and exporting a run need no real-data statistics (an Inception pass over CelebA's
     reference sample, for the FID metric): loading skips them until something is scored."""
-    from evogan.builtin.gan.toy import ModeCoverage
+    from evogan_gan.toy import ModeCoverage
 
     prepared: list[object] = []
     original = ModeCoverage.prepare

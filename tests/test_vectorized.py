@@ -19,14 +19,14 @@ from typing import Any, ClassVar
 import pytest
 import torch
 from click.testing import CliRunner
+from evogan_gan.image_networks import MnistMlp
+from evogan_gan.sparsity import Static
+from evogan_gan.stacked import Stack, linear_plan, run_plan
 from test_run import metrics, run  # pytest puts tests/ on sys.path (rootdir conftest, prepend mode)
 from torch import nn
 
 from evogan.adversarial.contracts import Metric, Networks
 from evogan.api import Role
-from evogan.builtin.gan.image_networks import MnistMlp
-from evogan.builtin.gan.stacked import Stack, linear_plan, run_plan
-from evogan.builtin.sparsity import Static
 from evogan.cli import cli
 from evogan.engine.run import build_settings
 from evogan.engine.rundir import RunDirectory

@@ -11,12 +11,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 from click.testing import CliRunner
+from evogan_gan.image_networks import MnistMlp
+from evogan_gan.stacked import StackedGanTraining, momenta, power_iterations
 from test_run import metrics, run  # pytest puts tests/ on sys.path (rootdir conftest, prepend mode)
 from test_vectorized import LOOPED, VECTORISED, BatchNormPlugin, assert_close, image_pair, log
 from torch import nn
 
-from evogan.builtin.gan.image_networks import MnistMlp
-from evogan.builtin.gan.stacked import StackedGanTraining, momenta, power_iterations
 from evogan.cli import cli
 from evogan.engine.rundir import RunDirectory
 from evogan.plugins import registered

@@ -5,7 +5,7 @@ positions per byte, least significant bit first, padding 0) and ``<name>.__shape
 on its own): about ``4 d n + n / 8`` bytes at density d instead of ``4 n`` for float32. Decoding rebuilds the dense
 tensors bit for bit; any inconsistency raises :class:`~evogan.errors.MessageRejected`, as the envelope does for bad
 messages. A wire format, knowing nothing of who made the masks: the codec takes them from an individual's
-:func:`evogan.individual.wire_masks` (the sparsity controller's state), :mod:`evogan.sparse.wire` checks the state.
+:func:`evogan.individual.wire_masks` (the sparsity controller's state), :mod:`evogan_gan.sparse.wire` checks the state.
 """
 
 from __future__ import annotations

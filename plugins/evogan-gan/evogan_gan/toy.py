@@ -13,9 +13,9 @@ from pydantic import Field
 
 from evogan.adversarial.contracts import Dataset, DatasetOptions, DataSource, Metric, Networks
 from evogan.api import ComponentOptions, Role
-from evogan.builtin.gan.data import TensorSource
 from evogan.errors import UserError
 from evogan.lazy import lazy
+from evogan_gan.data import TensorSource
 
 if TYPE_CHECKING:
     import torch

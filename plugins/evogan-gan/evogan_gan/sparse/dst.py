@@ -18,7 +18,7 @@ from typing import Literal
 
 import torch
 
-from evogan.sparse.masks import active_count, reset_positions
+from evogan_gan.sparse.masks import active_count, reset_positions
 
 Growth = Literal["random", "gradient"]
 Moments = Literal["layer", "zero"]

@@ -20,7 +20,7 @@ from torch.nn.utils import parametrize
 
 # Parameter-name fragments kept dense by default, as the reference does (BigGAN's conditional-BN gain
 # linears and classifier heads); defined where the options that show it can read it without torch.
-from evogan.sparse.defaults import DEFAULT_KEEP_DENSE
+from evogan_gan.sparse.defaults import DEFAULT_KEEP_DENSE
 
 Distribution = Literal["erk", "uniform"]
 

@@ -14,8 +14,6 @@ from typing import Any
 import torch
 
 from evogan.errors import MessageRejected
-from evogan.sparse.flops import NetworkFlops, new_ledger
-from evogan.sparse.state import FORMAT
 from evogan.transport.envelope import is_count
 from evogan.transport.masked import (
     BITMAP,
@@ -27,6 +25,8 @@ from evogan.transport.masked import (
     pack_bits,
     unpack_bits,
 )
+from evogan_gan.sparse.flops import NetworkFlops, new_ledger
+from evogan_gan.sparse.state import FORMAT
 
 # the names before the bitmap encoding moved to evogan.transport.masked (the engine's codec uses it there)
 encode_sparse, decode_sparse = encode_masked, decode_masked
@@ -113,7 +113,7 @@ _BALANCE = _fields(
     },
     required=("clock", "samples", "due", "decisions", "window", "pending", "calibration"),
 )
-# The layout of evogan.sparse.state (format FORMAT), as the masked controllers read it back.
+# The layout of evogan_gan.sparse.state (format FORMAT), as the masked controllers read it back.
 _STATE = _fields(
     {
         "format": is_count,
@@ -137,7 +137,7 @@ def check_sparse_meta(meta: Any, role: str, local: Mapping[str, Any] | None = No
     controller reads it; ``MessageRejected`` names the field.
 
     ``local`` is this cell's own state of the role, when known: a state of another controller or format
-    is refused. A state in the layout of :mod:`evogan.sparse.state` (``format`` 2) is checked field by
+    is refused. A state in the layout of :mod:`evogan_gan.sparse.state` (``format`` 2) is checked field by
     field; another controller's is only required to be a JSON object.
     """
     if not isinstance(meta, dict):

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from evogan.sparse.defaults import DEFAULT_CLIP, DEFAULT_EPS
+from evogan_gan.sparse.defaults import DEFAULT_CLIP, DEFAULT_EPS
 
 if TYPE_CHECKING:
     from torch import nn

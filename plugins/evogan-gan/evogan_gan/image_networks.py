@@ -63,7 +63,7 @@ class MnistMlp(Networks[MnistMlpOptions]):
         self.check(sample_shape)
         from torch.nn.utils.parametrizations import spectral_norm
 
-        from evogan.builtin.gan.image_layers import Image, Logits, materialise, skeleton
+        from evogan_gan.image_layers import Image, Logits, materialise, skeleton
 
         z, h, pixels = self.options.latent_size, self.options.hidden, math.prod(self.shape)
 
@@ -109,7 +109,7 @@ class Dcgan64(Networks[ConvOptions]):
         _check_image(self.name, sample_shape, self.size, (1, 3))
 
     def build(self, role: Role, sample_shape: tuple[int, ...], *, generator: torch.Generator) -> nn.Module:
-        from evogan.builtin.gan.image_layers import dcgan_discriminator, dcgan_generator, materialise, skeleton
+        from evogan_gan.image_layers import dcgan_discriminator, dcgan_generator, materialise, skeleton
 
         self.check(sample_shape)
         channels, o = sample_shape[0], self.options

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from evogan.sparse.masks import MASKABLE_TYPES, weight_name
+from evogan_gan.sparse.masks import MASKABLE_TYPES, weight_name
 
 _CONV_TRANSPOSE = (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
 _NORMS = (

@@ -27,14 +27,14 @@ from evogan.adversarial.contracts import (
     TrainingBackend,
 )
 from evogan.api import ComponentOptions, ProblemContext, Role, Sampler, ScoreStream, StackedFitness, Variation
-from evogan.builtin.gan.egan import Egan, EganOptions
-from evogan.builtin.gan.modes import evaluating
-from evogan.builtin.gan.schedule import CriticSchedule
 from evogan.errors import UserError
 from evogan.individual import Individual, layout_extra
 from evogan.lazy import lazy
 from evogan.precision import Precision
 from evogan.recipe import ComponentRef, component_field
+from evogan_gan.egan import Egan, EganOptions
+from evogan_gan.modes import evaluating
+from evogan_gan.schedule import CriticSchedule
 
 if TYPE_CHECKING:
     import torch
@@ -387,7 +387,7 @@ class GanProblem(AdversarialProblem[GanOptions]):
         score: Sequence[Role] = ("generator", "discriminator"),
         memo: dict[nn.Module, Any] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        from evogan.builtin.gan.stacked_fitness import all_vs_all
+        from evogan_gan.stacked_fitness import all_vs_all
 
         return all_vs_all(
             self, generators, discriminators, real, generator=generator, score=score, memo=memo, stacked=False
@@ -505,7 +505,7 @@ class GanProblem(AdversarialProblem[GanOptions]):
     def stacked_training(
         self, generators: Sequence[Individual], discriminators: Sequence[Individual], *, hooks: bool = False
     ) -> TrainingBackend | str:
-        from evogan.builtin.gan.stacked import StackedGanTraining, unautocast, unstackable
+        from evogan_gan.stacked import StackedGanTraining, unautocast, unstackable
 
         if self.egan is not None:
             return "problem.egan: E-GAN's children train one generator at a time (looped)"
@@ -522,8 +522,8 @@ class GanProblem(AdversarialProblem[GanOptions]):
     def stacked_fitness(
         self, generators: Sequence[nn.Module], discriminators: Sequence[nn.Module]
     ) -> StackedFitness | str:
-        from evogan.builtin.gan.stacked import unautocast
-        from evogan.builtin.gan.stacked_fitness import STACK_ROWS, StackedGanFitness, fitness_unstackable
+        from evogan_gan.stacked import unautocast
+        from evogan_gan.stacked_fitness import STACK_ROWS, StackedGanFitness, fitness_unstackable
 
         rows = STACK_ROWS.get(self.device.type, True)  # else network by network, autocast as looped
         for role, networks in (("generator", generators), ("discriminator", discriminators)):
@@ -571,7 +571,7 @@ class GanProblem(AdversarialProblem[GanOptions]):
         return samples[order.to(samples.device)]
 
     def sampler(self, generators: Sequence[nn.Module], weights: Sequence[float]) -> Sampler:
-        from evogan.builtin.gan.sampler import MixtureSampler
+        from evogan_gan.sampler import MixtureSampler
 
         return Sampler(
             MixtureSampler(generators, weights),
@@ -584,7 +584,7 @@ class GanProblem(AdversarialProblem[GanOptions]):
     def sampler_inputs(
         self, weights: Sequence[float], n: int, *, generator: torch.Generator
     ) -> tuple[torch.Tensor, ...]:
-        from evogan.builtin.gan.sampler import uniform_for
+        from evogan_gan.sampler import uniform_for
 
         chunks, owners, order = self._mixture_draw(weights, n, generator)
         choice = torch.cat([torch.full((z.shape[0],), owner) for z, owner in zip(chunks, owners, strict=True)])
@@ -666,7 +666,7 @@ class GanProblem(AdversarialProblem[GanOptions]):
         title: str = "",
         count: int | None = None,
     ) -> None:
-        from evogan.builtin.gan.pictures import save_image_grid, save_scatter
+        from evogan_gan.pictures import save_image_grid, save_scatter
 
         path.parent.mkdir(parents=True, exist_ok=True)
         if len(self.source.sample_shape) == 1:

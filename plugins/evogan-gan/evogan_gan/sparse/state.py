@@ -15,14 +15,14 @@ import torch
 
 from evogan.errors import UserError
 from evogan.individual import SPARSE
-from evogan.sparse.masks import maskable_parameters
+from evogan_gan.sparse.masks import maskable_parameters
 
 if TYPE_CHECKING:
     from evogan.individual import Individual
 
 # Keys: ``format``, ``controller``, ``role``, ``keep_dense`` (name fragments); ``masks`` (name -> bool tensor of the
 # parameter's shape); ``density`` (the target; only ADAPT moves D's); ``steps`` (own optimizer steps),
-# ``mask_updates``, ``seed`` (base of per-event RNGs); ``flops`` (per-sample forward, :mod:`evogan.sparse.flops`),
+# ``mask_updates``, ``seed`` (base of per-event RNGs); ``flops`` (per-sample forward, :mod:`evogan_gan.sparse.flops`),
 # ``cost`` ([sparse, dense] at the current masks), ``ledger`` (FLOPs totals). Discriminators add ``batch``, ``g_cost``
 # (for D-step accounting) and ``balance``: ``clock`` (the cell's G steps since the lineage began), ``due`` and
 # ``samples`` (BR samples), ``window`` ([fG, fD, r]), ``pending``, ``decisions``, ``br``, ``calibration``, ``band``,

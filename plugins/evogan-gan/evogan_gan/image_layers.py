@@ -1,4 +1,4 @@
-"""The layers of :mod:`evogan.builtin.gan.image_networks`: module classes and builders need torch when
+"""The layers of :mod:`evogan_gan.image_networks`: module classes and builders need torch when
 defined, so they live here and are imported when a network is built, not when a recipe is read."""
 
 from __future__ import annotations

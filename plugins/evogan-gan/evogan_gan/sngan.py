@@ -53,8 +53,8 @@ class Sngan32(Networks[SnganOptions]):
             )
 
     def build(self, role: Role, sample_shape: tuple[int, ...], *, generator: torch.Generator) -> nn.Module:
-        from evogan.builtin.gan.image_layers import skeleton
-        from evogan.builtin.gan.sngan_layers import materialise, sngan_discriminator, sngan_generator
+        from evogan_gan.image_layers import skeleton
+        from evogan_gan.sngan_layers import materialise, sngan_discriminator, sngan_generator
 
         self.check(sample_shape)
         o, channels = self.options, sample_shape[0]

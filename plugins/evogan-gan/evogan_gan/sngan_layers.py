@@ -1,4 +1,4 @@
-"""The layers of :mod:`evogan.builtin.gan.sngan` (the architecture is described there): module classes,
+"""The layers of :mod:`evogan_gan.sngan` (the architecture is described there): module classes,
 builders and the seeded initialisation need torch when defined, so they are imported when a network is
 built, not when a recipe is read."""
 
@@ -10,7 +10,7 @@ from torch.nn.utils import parametrize
 from torch.nn.utils.parametrizations import spectral_norm
 
 # Logits: (N, 1) -> (N,), as the DCGAN critic
-from evogan.builtin.gan.image_layers import Logits, seed_power_iteration, trainable_weight
+from evogan_gan.image_layers import Logits, seed_power_iteration, trainable_weight
 
 
 class _Reshape(nn.Module):

@@ -1,7 +1,7 @@
 """Image quality metrics: classifier FID/TVD for MNIST-like data, Inception FID/IS with the FID Inception
 weights (a file the user gives, or the cached copy, downloaded from the published URL when allowed); both
 also give KID, precision, recall, density and coverage on the same features
-(:mod:`evogan.builtin.gan.feature_metrics`).
+(:mod:`evogan_gan.feature_metrics`).
 
 Both compare generated samples against statistics of a fixed real reference sample, computed once in
 ``prepare`` and kept in memory (and optionally on disk, keyed by the exact real pixels and the network's
@@ -31,12 +31,12 @@ from evogan.scores import LazyMetrics
 if TYPE_CHECKING:
     import torch
 
-    from evogan.builtin.gan import classifier, feature_metrics
-    from evogan.builtin.gan.classifier import MnistClassifier
+    from evogan_gan import classifier, feature_metrics
+    from evogan_gan.classifier import MnistClassifier
 else:  # imported on first use: `evogan validate` and `components` read options without them
     torch = lazy("torch", globals())
-    classifier = lazy("evogan.builtin.gan.classifier", globals())
-    feature_metrics = lazy("evogan.builtin.gan.feature_metrics", globals())
+    classifier = lazy("evogan_gan.classifier", globals())
+    feature_metrics = lazy("evogan_gan.feature_metrics", globals())
 
 INCEPTION_FILE = "pt_inception-2015-12-05-6726825d.pth"
 # pytorch-fid's release of the TF-Inception port every FID tool uses (torch-fidelity's is the same file);

@@ -24,11 +24,11 @@ import numpy as np
 from pydantic import Field
 
 from evogan.adversarial.contracts import Dataset, DatasetOptions, DataSource
-from evogan.builtin.gan.data import LoaderSource, TensorSource
 from evogan.download import Remote, cache_dir, downloads_allowed, fetch
 from evogan.errors import UserError
 from evogan.hookspecs import Register, hookimpl
 from evogan.lazy import lazy
+from evogan_gan.data import LoaderSource, TensorSource
 
 if TYPE_CHECKING:
     import torch
@@ -312,7 +312,7 @@ class ImageFolderDataset(Dataset[FolderOptions]):
         if not files:
             kinds = ", ".join(sorted(IMAGE_SUFFIXES))
             raise UserError(f"dataset {self.name}: no image files ({kinds}) under {folder}")
-        from evogan.builtin.gan.image_files import ImageFiles
+        from evogan_gan.image_files import ImageFiles
 
         opts = self.options
         return self._source(ImageFiles(files, opts.image_size, opts.channels), device)
@@ -337,7 +337,7 @@ class CelebADataset(ImageFolderDataset):
     options: CelebAOptions
 
     def load(self, device: torch.device) -> DataSource:
-        from evogan.builtin.gan.image_files import ImageFiles, ImagesOnly, ImageTransform
+        from evogan_gan.image_files import ImageFiles, ImagesOnly, ImageTransform
 
         root = self._folder()
         opts = self.options

@@ -1,6 +1,6 @@
 """Image files as a torch ``Dataset``, decoded and centre-cropped on access by loader workers.
 
-Apart from :mod:`evogan.builtin.gan.images` (the dataset components), which imports it when a run loads
+Apart from :mod:`evogan_gan.images` (the dataset components), which imports it when a run loads
 images: defining a ``torch.utils.data.Dataset`` subclass imports torch, and reading a recipe must not.
 """
 

@@ -1,6 +1,6 @@
 """Built-in sparsity controllers: dense (default), static, SET, RigL, ADAPT relax and strict.
 
-The masked ones are configurations of :class:`evogan.sparse.controller.MaskedController`; constants and
+The masked ones are configurations of :class:`evogan_gan.sparse.controller.MaskedController`; constants and
 their defaults follow Wang et al. 2023 ("Balanced Training for Sparse GANs") and its released scripts.
 """
 
@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from evogan.adversarial.contracts import GeneratorStep, SparsityController
 from evogan.api import ComponentOptions, Problem
 from evogan.hookspecs import Register, hookimpl
-from evogan.sparse.controller import MaskedController
-from evogan.sparse.options import AdaptOptions, AdaptStrictOptions, DstOptions, StaticOptions
+from evogan_gan.sparse.controller import MaskedController
+from evogan_gan.sparse.options import AdaptOptions, AdaptStrictOptions, DstOptions, StaticOptions
 
 if TYPE_CHECKING:
     import torch
@@ -46,17 +46,17 @@ class Dense(SparsityController[ComponentOptions]):
         return {}
 
     def check(self, individual: Individual) -> None:
-        from evogan.sparse.state import validate_sparse_state  # imports torch: not at start-up
+        from evogan_gan.sparse.state import validate_sparse_state  # imports torch: not at start-up
 
         validate_sparse_state(individual, controller=self.name, masked=False)
 
     def wire_state(self, state: Mapping[str, Any]) -> dict[str, Any]:
-        from evogan.sparse.wire import sparse_meta  # imports torch: not at start-up
+        from evogan_gan.sparse.wire import sparse_meta  # imports torch: not at start-up
 
         return sparse_meta(state)
 
     def check_wire_state(self, state: Any, role: str, local: Mapping[str, Any] | None) -> dict[str, Any]:
-        from evogan.sparse.wire import check_sparse_meta  # imports torch: not at start-up
+        from evogan_gan.sparse.wire import check_sparse_meta  # imports torch: not at start-up
 
         return check_sparse_meta(state, role, local)
 

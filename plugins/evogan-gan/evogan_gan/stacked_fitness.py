@@ -18,8 +18,8 @@ from torch import nn
 from torch.func import functional_call, vmap
 
 from evogan.api import ROLES, Role, StackedFitness
-from evogan.builtin.gan.modes import evaluating
-from evogan.builtin.gan.stacked import Forward, GanSteps, Params, linear_plan, run_plan, signature
+from evogan_gan.modes import evaluating
+from evogan_gan.stacked import Forward, GanSteps, Params, linear_plan, run_plan, signature
 
 # Whether a device runs the networks' stacked rows as one forward. Not on the CPU: there the looped products are
 # already bound by arithmetic and memory, and the stacked rows were slower, while each network once on all fakes is
@@ -36,7 +36,7 @@ _signatures: weakref.WeakKeyDictionary[nn.Module, tuple[object, ...]] = weakref.
 
 
 def architecture(network: nn.Module) -> tuple[object, ...]:
-    """:func:`~evogan.builtin.gan.stacked.signature`, once per network: a network keeps its architecture,
+    """:func:`~evogan_gan.stacked.signature`, once per network: a network keeps its architecture,
     and each evaluation asks again (computing it took about a tenth of a toy evaluation's time)."""
     found = _signatures.get(network)
     if found is None:
@@ -136,7 +136,7 @@ def all_vs_all(
 
 
 class StackedGanFitness(StackedFitness):
-    """:class:`~evogan.api.StackedFitness` for :class:`~evogan.builtin.gan.problem.GanProblem`."""
+    """:class:`~evogan.api.StackedFitness` for :class:`~evogan_gan.problem.GanProblem`."""
 
     def __init__(self, problem: GanSteps, generators: Sequence[nn.Module], discriminators: Sequence[nn.Module]):
         self.problem = problem

@@ -1,7 +1,7 @@
 """Sparse GAN training: masks, dynamic sparse training, the balance ratio, FLOPs and the sparse wire format.
 
 The controllers built on this library (``static``, ``set``, ``rigl``, ``adapt-relax``, ``adapt-strict``)
-live in :mod:`evogan.builtin.sparsity`; this package is what a third-party controller reuses.
+live in :mod:`evogan_gan.sparsity`; this package is what a third-party controller reuses.
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from evogan.sparse.balance import balance_ratio, sample_ratio, window_size
-    from evogan.sparse.dst import cosine_fraction, grow, prune_and_grow, prune_magnitude, resize
-    from evogan.sparse.flops import NetworkFlops, count_forward_flops
-    from evogan.sparse.masks import (
+    from evogan_gan.sparse.balance import balance_ratio, sample_ratio, window_size
+    from evogan_gan.sparse.dst import cosine_fraction, grow, prune_and_grow, prune_magnitude, resize
+    from evogan_gan.sparse.flops import NetworkFlops, count_forward_flops
+    from evogan_gan.sparse.masks import (
         active_count,
         apply_masks,
         layer_counts,
@@ -22,11 +22,11 @@ if TYPE_CHECKING:
         overall_density,
         random_masks,
     )
-    from evogan.sparse.state import validate_sparse_state
-    from evogan.sparse.wire import decode_sparse, encode_sparse
+    from evogan_gan.sparse.state import validate_sparse_state
+    from evogan_gan.sparse.wire import decode_sparse, encode_sparse
 
 # Where each name lives: imported on first use (PEP 562), so that importing a controller's options
-# (evogan.sparse.options, for `evogan validate`) does not import torch through this package.
+# (evogan_gan.sparse.options, for `evogan validate`) does not import torch through this package.
 _HOMES = {
     "balance": ("balance_ratio", "sample_ratio", "window_size"),
     "dst": ("cosine_fraction", "grow", "prune_and_grow", "prune_magnitude", "resize"),

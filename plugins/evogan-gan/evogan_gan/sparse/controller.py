@@ -17,7 +17,7 @@ from evogan.adversarial.contracts import GeneratorStep, SparsityController
 from evogan.api import Problem
 from evogan.individual import SPARSE
 from evogan.lazy import lazy
-from evogan.sparse.options import AdaptOptions, AdaptStrictOptions, DstOptions, StaticOptions
+from evogan_gan.sparse.options import AdaptOptions, AdaptStrictOptions, DstOptions, StaticOptions
 
 if TYPE_CHECKING:
     import torch
@@ -26,16 +26,16 @@ if TYPE_CHECKING:
     from evogan import average as sema
     from evogan.adversarial import AdversarialProblem
     from evogan.individual import Individual
-    from evogan.sparse import balance, dst, flops
-    from evogan.sparse import masks as _masks
-    from evogan.sparse import state as _state
-    from evogan.sparse import wire as _wire
+    from evogan_gan.sparse import balance, dst, flops
+    from evogan_gan.sparse import masks as _masks
+    from evogan_gan.sparse import state as _state
+    from evogan_gan.sparse import wire as _wire
 else:  # the options are read without torch (evogan validate); the controller's work imports it
     torch = lazy("torch", globals())
-    balance, dst = lazy("evogan.sparse.balance", globals()), lazy("evogan.sparse.dst", globals())
-    flops, sema = lazy("evogan.sparse.flops", globals()), lazy("evogan.average", globals())
-    _masks, _state = lazy("evogan.sparse.masks", globals()), lazy("evogan.sparse.state", globals())
-    _wire = lazy("evogan.sparse.wire", globals())
+    balance, dst = lazy("evogan_gan.sparse.balance", globals()), lazy("evogan_gan.sparse.dst", globals())
+    flops, sema = lazy("evogan_gan.sparse.flops", globals()), lazy("evogan.average", globals())
+    _masks, _state = lazy("evogan_gan.sparse.masks", globals()), lazy("evogan_gan.sparse.state", globals())
+    _wire = lazy("evogan_gan.sparse.wire", globals())
 
 
 class MaskedController(SparsityController[StaticOptions]):
@@ -402,7 +402,7 @@ def _density_bounds(o: AdaptOptions, state: dict[str, Any]) -> tuple[float, floa
 
 
 def new_balance() -> dict[str, Any]:
-    """A discriminator lineage's balance state (see :mod:`evogan.sparse.state`)."""
+    """A discriminator lineage's balance state (see :mod:`evogan_gan.sparse.state`)."""
     return {
         "clock": 0,
         "samples": 0,

@@ -27,7 +27,7 @@ Params = dict[str, torch.Tensor]
 
 class GanSteps(Protocol):
     """What the stacked steps and fitness use of the GAN problem
-    (:class:`~evogan.builtin.gan.problem.GanProblem`): its noise, its loss, its augmentation, the precision
+    (:class:`~evogan_gan.problem.GanProblem`): its noise, its loss, its augmentation, the precision
     of its forwards and how its discriminator steps batch real and fake. A protocol, as the problem's
     module imports these modules to make them."""
 
@@ -537,7 +537,7 @@ class Opposed:
 
 class StackedGanTraining(TrainingBackend):
     """The stacked :class:`~evogan.adversarial.contracts.TrainingBackend` of
-    :class:`~evogan.builtin.gan.problem.GanProblem`: every row in one batched step (the other backend,
+    :class:`~evogan_gan.problem.GanProblem`: every row in one batched step (the other backend,
     :class:`~evogan.adversarial.RowByRow`, steps them one by one)."""
 
     def __init__(

@@ -1,5 +1,5 @@
 """Networks in evaluation mode for a while: what the GAN problem's looped fitness and samples
-(:mod:`evogan.builtin.gan.problem`) and its batched fitness (:mod:`evogan.builtin.gan.stacked_fitness`)
+(:mod:`evogan_gan.problem`) and its batched fitness (:mod:`evogan_gan.stacked_fitness`)
 share, below both."""
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """Training FLOPs of a GAN run, from its recipe alone: the sparse ledger's cost model
-(:mod:`evogan.sparse.flops`) applied to the steps the problem's schedule trains, as the grid benchmarks
+(:mod:`evogan_gan.sparse.flops`) applied to the steps the problem's schedule trains, as the grid benchmarks
 count them (``benchmarks/_controls.py`` imports them from here). Per sample, a generator step costs
 ``3 f_G + 2 k f_D`` (``k`` the discriminators it faces, asked of the pairing), a discriminator step
 ``6 f_D + f_G``; times the batch size, the population and the steps. E-GAN's children and their fitness are
 counted; the engine's fitness, scoring and the mixture ES are not training and are not.
 
-``python -m evogan.cost RUN_DIR`` prints ``{"flops": [...], "steps": [...]}``, cumulative after each
+``python -m evogan_gan.cost RUN_DIR`` prints ``{"flops": [...], "steps": [...]}``, cumulative after each
 generation of the run's recipe (``evogan sweep`` records them); a problem that is not the GAN problem
 prints ``{}``.
 """
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 def egan_step_cost(egan: Any, f_g: float, f_d: float, batch: int) -> float:
     """One generator step under ``[problem.egan]`` (None: off), ``f_d`` the forward FLOPs of every
     discriminator it faces: a plain step per child, and with two children or more each child's fitness."""
-    from evogan.sparse.flops import generator_step_cost
+    from evogan_gan.sparse.flops import generator_step_cost
 
     children = 1 if egan is None else len(egan.losses)
     cost = children * generator_step_cost(f_g, f_d, batch)
@@ -60,7 +60,7 @@ def cost_per_generation(recipe: Recipe, registries: Registries) -> Iterator[tupl
     import torch
 
     from evogan.engine.run import build_settings, build_topology
-    from evogan.sparse.flops import count_forward_flops, discriminator_step_cost
+    from evogan_gan.sparse.flops import count_forward_flops, discriminator_step_cost
 
     settings = build_settings(recipe, registries, None, torch.device("cpu"), scoring=False)
     problem: Any = settings.problem

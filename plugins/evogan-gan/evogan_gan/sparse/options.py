@@ -1,5 +1,5 @@
 """The masked sparsity controllers' options: Static, DST (SET/RigL) and ADAPT relax/strict, each adding
-to the one before. Read without torch (``evogan validate``); the work is in :mod:`evogan.sparse.controller`.
+to the one before. Read without torch (``evogan validate``); the work is in :mod:`evogan_gan.sparse.controller`.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pydantic import Field, model_validator
 
 from evogan.api import ComponentOptions
 from evogan.deprecated import warn
-from evogan.sparse.defaults import DEFAULT_CLIP, DEFAULT_EPS, DEFAULT_KEEP_DENSE
+from evogan_gan.sparse.defaults import DEFAULT_CLIP, DEFAULT_EPS, DEFAULT_KEEP_DENSE
 
 
 class StaticOptions(ComponentOptions):

@@ -1,0 +1,78 @@
+"""Modules that moved out of the ``evogan`` distribution keep importing under their old names for a
+deprecation cycle: ``import evogan.sparse.masks`` warns once and answers with ``evogan_gan.sparse.masks``,
+the same module object (so classes, isinstance checks and pickles agree). :func:`install` puts the finder
+first on ``sys.meta_path``; ``import evogan`` calls it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+from collections.abc import Sequence
+from types import FrameType, ModuleType
+
+from evogan.deprecated import MOVED_MODULES, warn
+
+# the distribution each moved module now lives in, named in the error when it is not installed
+_DISTRIBUTION = {"evogan_gan": "evogan-gan (pip install -e plugins/evogan-gan; `make install` does it)"}
+
+
+def _target(fullname: str) -> tuple[str, str] | None:
+    """(old prefix, new name) for a module under a moved name, else None."""
+    for old, new in MOVED_MODULES.items():
+        if fullname == old or fullname.startswith(old + "."):
+            return old, new + fullname[len(old) :]
+    return None
+
+
+def _importer_level() -> int:
+    """``warn``'s stacklevel that points at the line importing the old name, past this module's frames
+    (``warnings`` itself skips importlib's frozen ones)."""
+    frame: FrameType | None = sys._getframe(1)
+    level = 2
+    while frame is not None and frame.f_code.co_filename == __file__:
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+class _Alias(importlib.abc.Loader):
+    def __init__(self, old: str, target: str) -> None:
+        self.old, self.target = old, target
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
+        if spec.name == self.old:
+            warn(self.old, stacklevel=_importer_level())
+        try:
+            module = importlib.import_module(self.target)
+        except ModuleNotFoundError:
+            top = self.target.partition(".")[0]
+            if importlib.util.find_spec(top) is not None:  # installed: the error is about something else
+                raise
+            raise ModuleNotFoundError(
+                f"{spec.name} moved to {self.target}, in the distribution {_DISTRIBUTION.get(top, top)}",
+                name=spec.name,
+            ) from None
+        self._spec = module.__spec__  # the import system overwrites it with the alias's: restored below
+        return module
+
+    def exec_module(self, module: ModuleType) -> None:
+        module.__spec__ = self._spec
+
+
+class _MovedFinder(importlib.abc.MetaPathFinder):
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        found = _target(fullname)
+        if found is None:
+            return None
+        return importlib.machinery.ModuleSpec(fullname, _Alias(*found))
+
+
+def install() -> None:
+    """Put the moved modules' finder first on ``sys.meta_path`` (once per process)."""
+    if not any(isinstance(finder, _MovedFinder) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _MovedFinder())
