@@ -4,6 +4,8 @@
 ``run_tiny(write_tiny_recipe(tmp_path), plugin_object, overrides=[...])`` runs the tiny recipe with a plugin object
 (hook implementations, or a plugin registering components) registered for that run only, and :func:`registered`
 does the same for a block of code. pytest users may also import the ``tiny_recipe`` fixture into a ``conftest.py``.
+The tiny recipe trains the GAN problem, so :func:`run_tiny` needs the evogan-gan distribution installed; the
+contract checks need only evogan.
 """
 
 from __future__ import annotations
