@@ -4,6 +4,9 @@ processes and resumed (slow). Records must agree across all of them but for the 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -152,6 +155,29 @@ def test_the_cli_runs_in_one_process_in_two_workers_and_resumed_with_the_same_re
     assert records(runs["workers"])[-1]["best_metrics"]["evaluations"] < single[-1]["best_metrics"]["evaluations"]
     evaluated = invoke("evaluate", str(runs["single"]), "--json")
     assert evaluated.exit_code == 0, evaluated.output
+
+
+# evogan-gan as if it were not installed: its module cannot be imported and its entry points are blocked
+WITHOUT_GAN = """
+import sys
+sys.modules["evogan_gan"] = None
+from evogan.cli import main
+main()
+"""
+
+
+def test_the_engine_runs_sorting_networks_without_the_gan_problems_distribution(tmp_path: Path) -> None:
+    """The generic core needs nothing of the GAN problem (issue 38): a whole run, its summary and records."""
+    from evogan_gan import PLUGINS as GAN_PLUGINS
+
+    recipe = write_recipe(tmp_path, generations=2)
+    env = {**os.environ, "EVOGAN_BLOCK_PLUGINS": ",".join(GAN_PLUGINS)}
+    command = [sys.executable, "-c", WITHOUT_GAN, "run", str(recipe), "--quiet"]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "evogan_gan" not in done.stdout + done.stderr  # no plugin failed to load
+    run_dir = run_dir_of(tmp_path / "runs")
+    assert len(records(run_dir)) == 8 and (run_dir / "summary.json").is_file()
 
 
 def test_the_shipped_recipe_runs_a_generation(tmp_path: Path) -> None:
