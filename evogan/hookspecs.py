@@ -20,7 +20,9 @@ from evogan.entry_points import PROJECT
 from evogan.kinds import KINDS
 
 if TYPE_CHECKING:
+    from evogan.api import ComponentRegistries
     from evogan.engine.run import RunInfo
+    from evogan.recipe import Recipe
 
 hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
@@ -108,6 +110,22 @@ def evogan_run_end(run: RunInfo, summary: Mapping[str, Any], interrupted: bool) 
     :param interrupted: True when the run stopped early (Ctrl-C) after writing checkpoints.
 
     Called in: the process that drives the run (worker rank 0 of a launched run), once per run.
+    """
+
+
+# ------------------------------------------------------------------------------------------ questions
+@hookspec(firstresult=True)
+def evogan_training_cost(recipe: Recipe, registries: ComponentRegistries) -> Mapping[str, list[float]] | None:
+    """The training cost of ``recipe``'s run, cumulative after each generation 1, 2, ...:
+    ``{"flops": [...], "steps": [...]}`` (FLOPs of the whole grid, training steps of one cell), which
+    ``evogan sweep`` records beside each run's scores; None where this plugin does not count the recipe's
+    problem (the GAN problem's distribution counts its own). The first answer that is not None is used.
+
+    :param recipe: the run's recipe, validated.
+    :param registries: every component kind's registry, to build what the recipe names.
+
+    Called in: a process of its own that ``evogan sweep`` starts per finished run (``python -m evogan.sweep
+    RUN_DIR``).
     """
 
 

@@ -252,9 +252,9 @@ class Sweep:
         return Outcome(job, "done", record=record)
 
     def _costs(self, job: Job, errors: Path) -> dict[str, list[float]]:
-        """The run's cumulative training FLOPs and generator steps per generation (:mod:`evogan_gan.cost`, in a
-        process of its own); empty when the problem has no such count or it fails."""
-        code, _, _, output = self._child([sys.executable, "-m", "evogan_gan.cost", str(job.run_dir)], errors)
+        """The run's cumulative training FLOPs and steps per generation (the ``evogan_training_cost`` hook,
+        in a process of its own: :func:`training_cost`); empty when no plugin counts them or it fails."""
+        code, _, _, output = self._child([sys.executable, "-m", "evogan.sweep", str(job.run_dir)], errors)
         errors.unlink(missing_ok=True)
         if code != 0:
             return {}
@@ -498,6 +498,23 @@ def sweep(
         raise RunFailure(f"{len(failed)} of {len(pending)} runs failed (each named above)")
 
 
+def training_cost(run_dir: Path) -> dict[str, list[float]]:
+    """What a plugin's ``evogan_training_cost`` answers for the recipe of ``run_dir`` (``{}``: none does)."""
+    from evogan import recipe as recipes
+    from evogan.engine.rundir import RunDirectory
+    from evogan.plugins import make_plugin_manager
+    from evogan.registry import Registries
+
+    pm = make_plugin_manager()
+    registries = Registries.from_plugin_manager(pm)
+    recipe = recipes.load(RunDirectory.open_existing(run_dir).recipe_path, registries)
+    return dict(pm.hook.evogan_training_cost(recipe=recipe, registries=registries) or {})
+
+
+if __name__ == "__main__":  # the child process of Sweep._costs: python -m evogan.sweep RUN_DIR
+    print(json.dumps(training_cost(Path(sys.argv[1]))))
+
+
 __all__ = [
     "Job",
     "Outcome",
@@ -509,4 +526,5 @@ __all__ = [
     "read_keys",
     "run_key",
     "sweep",
+    "training_cost",
 ]

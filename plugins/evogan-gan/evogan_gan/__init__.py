@@ -5,7 +5,13 @@ The distribution's other plugin modules are listed in :data:`PLUGINS`, as its en
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from evogan.hookspecs import Register, hookimpl
+
+if TYPE_CHECKING:
+    from evogan.recipe import Recipe
+    from evogan.registry import Registries
 from evogan_gan.losses import LOSSES
 from evogan_gan.problem import GanProblem
 from evogan_gan.toy import TOY_DATASETS, TOY_METRICS, TOY_NETWORKS
@@ -50,3 +56,14 @@ def evogan_register_losses(register: Register) -> None:
 def evogan_register_metrics(register: Register) -> None:
     for metric in TOY_METRICS:
         register(metric)
+
+
+@hookimpl
+def evogan_training_cost(recipe: Recipe, registries: Registries) -> dict[str, list[float]] | None:
+    """The GAN problem's training FLOPs and generator steps (:func:`evogan_gan.cost.cumulative`); None for
+    another problem."""
+    if not issubclass(recipe.choices["problem"].component, GanProblem):
+        return None
+    from evogan_gan.cost import cumulative  # imports torch: not at start-up
+
+    return cumulative(recipe, registries) or None

@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from evogan.cli import _attach_commands, cli
+from evogan.sweep import training_cost
 from evogan.testing import run_tiny
 
 # Counted per process (see evaluate's docstring): they differ between workers and after a resume.
@@ -86,6 +87,7 @@ def test_a_2x2_grid_runs_through_the_python_api_and_repeats_itself(tmp_path: Pat
     assert evaluations == sorted(evaluations) and evaluations[0] > 0  # one process: a running count
     summary = json.loads((first / "summary.json").read_text())
     assert summary["problem"]["inputs"] == 8 and 0 < summary["chosen"]["test"]["sorted"] <= 1
+    assert training_cost(first) == {}  # no plugin counts a sorting network's training FLOPs (evogan sweep)
     other = run_tiny(write_recipe(tmp_path, seed=4))
     assert (other / "metrics.jsonl").read_bytes() != (first / "metrics.jsonl").read_bytes()
 
