@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from importlib import import_module, metadata
 
 from evogan import hookspecs
+from evogan.deprecated import MOVED_MODULES
 from evogan.entry_points import (
     BLOCK_ENV,
     PROJECT,
@@ -98,7 +100,7 @@ def make_plugin_manager(
     pm = PluginManager()
     pm.add_hookspecs(hookspecs)
     for name in {*blocked, *_env_blocked()}:
-        pm.set_blocked(name)
+        pm.set_blocked(_current_name(name))
     for module_name in BUILTIN_PLUGINS:
         if not pm.is_blocked(module_name):
             pm.register(import_module(module_name), name=module_name)
@@ -121,6 +123,18 @@ def make_plugin_manager(
         pm.register(plugin)
     pm.check_pending()
     return pm
+
+
+def _current_name(name: str) -> str:
+    """A plugin's name to block: one of a module that moved to evogan-gan (``evogan.builtin.gan.sngan``)
+    is its module's new name, with a warning the command line shows."""
+    for old, new in MOVED_MODULES.items():
+        if name == old or name.startswith(old + "."):
+            renamed = new + name[len(old) :]
+            message = f"plugin {name!r} is called {renamed!r} since evogan 0.3.0 (the evogan-gan distribution)"
+            warnings.warn(message, FutureWarning, stacklevel=4)
+            return renamed
+    return name
 
 
 @dataclass(frozen=True)

@@ -119,6 +119,17 @@ def test_a_named_plugin_can_be_blocked(monkeypatch: pytest.MonkeyPatch) -> None:
     )
 
 
+def test_a_gan_plugin_blocked_by_its_name_before_evogan_gan_is_blocked_with_a_warning(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with pytest.warns(FutureWarning, match=r"'evogan\.builtin\.gan\.sngan' is called 'evogan_gan\.sngan' since"):
+        pm = make_plugin_manager(blocked=["evogan.builtin.gan.sngan"])
+    assert pm.get_plugin("evogan_gan.sngan") is None and pm.get_plugin("evogan_gan.images") is not None
+    monkeypatch.setenv("EVOGAN_BLOCK_PLUGINS", "evogan.builtin.sparsity")
+    with pytest.warns(FutureWarning, match=r"is called 'evogan_gan\.sparsity'"):
+        assert "adapt-relax" not in Registries.from_plugin_manager(make_plugin_manager())["sparsity"]
+
+
 def test_cli_lists_plugins_with_and_without_autoload() -> None:
     command = [sys.executable, "-m", "evogan", "plugins", "--json"]
     with_example = subprocess.run(command, capture_output=True, text=True, check=True).stdout
