@@ -11,8 +11,9 @@ import importlib.abc
 import importlib.machinery
 import importlib.util
 import sys
+import warnings
 from collections.abc import Sequence
-from types import FrameType, ModuleType
+from types import CodeType, FrameType, ModuleType
 
 from evogan.deprecated import MOVED_MODULES, warn
 
@@ -48,18 +49,33 @@ class _Alias(importlib.abc.Loader):
         try:
             module = importlib.import_module(self.target)
         except ModuleNotFoundError:
-            top = self.target.partition(".")[0]
-            if importlib.util.find_spec(top) is not None:  # installed: the error is about something else
-                raise
-            raise ModuleNotFoundError(
-                f"{spec.name} moved to {self.target}, in the distribution {_DISTRIBUTION.get(top, top)}",
-                name=spec.name,
-            ) from None
+            self._not_installed(spec.name)
+            raise
         self._spec = module.__spec__  # the import system overwrites it with the alias's: restored below
         return module
 
     def exec_module(self, module: ModuleType) -> None:
         module.__spec__ = self._spec
+
+    def get_code(self, fullname: str) -> CodeType | None:
+        """The moved module's code, for ``python -m <old name>`` (runpy asks for it, not for the module)."""
+        message = f"python -m {fullname} is deprecated: use python -m {self.target}"
+        warnings.warn(message, FutureWarning, stacklevel=2)  # a command line: shown, unlike DeprecationWarning
+        try:
+            spec = importlib.util.find_spec(self.target)
+        except ModuleNotFoundError:
+            self._not_installed(fullname)
+            raise
+        loader = spec.loader if spec is not None else None
+        return loader.get_code(self.target) if isinstance(loader, importlib.abc.InspectLoader) else None
+
+    def _not_installed(self, name: str) -> None:
+        """Raise the error that names the distribution to install, if that is what is missing."""
+        top = self.target.partition(".")[0]
+        if importlib.util.find_spec(top) is None:
+            where = _DISTRIBUTION.get(top, top)
+            message = f"{name} moved to {self.target}, in the distribution {where}"
+            raise ModuleNotFoundError(message, name=name) from None
 
 
 class _MovedFinder(importlib.abc.MetaPathFinder):

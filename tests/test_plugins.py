@@ -212,6 +212,14 @@ def test_the_gan_problems_old_module_paths_import_the_same_modules_with_one_warn
     assert lines[1].startswith("DeprecationWarning <string> evogan.sparse is deprecated")
 
 
+def test_python_m_an_old_module_name_runs_the_moved_module_with_a_warning(tmp_path: Path) -> None:
+    run_dir = run_tiny(write_tiny_recipe(tmp_path, generations=1))
+    command = [sys.executable, "-m", "evogan.cost", str(run_dir)]
+    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    assert "FutureWarning: python -m evogan.cost is deprecated: use python -m evogan_gan.cost" in done.stderr
+    assert len(json.loads(done.stdout)["flops"]) == 1
+
+
 def test_an_old_gan_module_path_without_the_distribution_names_what_to_install() -> None:
     code = "import sys; sys.modules['evogan_gan'] = None\nimport evogan.sparse.masks"
     failed = subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True)
