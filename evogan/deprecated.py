@@ -66,6 +66,16 @@ MOVED_MODULES: dict[str, str] = {
     "evogan.builtin.sparsity": "evogan_gan.sparsity",
     "evogan.cost": "evogan_gan.cost",
 }
+
+
+def moved_name(name: str) -> str | None:
+    """The new name of a module (or plugin named by its module) under a moved one, else None."""
+    for old, new in MOVED_MODULES.items():
+        if name == old or name.startswith(old + "."):
+            return new + name[len(old) :]
+    return None
+
+
 DEPRECATIONS: tuple[Deprecation, ...] = (
     Deprecation("evogan.api.Options", "evogan.api.ComponentOptions", since="0.2.0", removal="0.3.0"),
     Deprecation(

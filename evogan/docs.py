@@ -8,6 +8,7 @@ import inspect
 import json
 import re
 import sys
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any, TypeVar, get_args, get_origin
 
@@ -81,7 +82,7 @@ def _table_reference(table: str, model: type[BaseModel]) -> list[str]:
     return out
 
 
-def recipe_reference(registries: Registries) -> str:
+def recipe_reference(registries: Registries, plugins: Collection[str]) -> str:
     out = [HEADER, "## Recipe tables\n"]
     out.append("Fixed tables (all optional; every key has a default):\n")
     for table, model in FIXED_TABLES.items():
@@ -97,7 +98,7 @@ def recipe_reference(registries: Registries) -> str:
     for kind in KIND_HOOKS:
         out.append(f"### {kind}\n")
         for entry in registries[kind]:
-            if not entry.plugin.startswith(("evogan.", "evogan_gan")):  # not a test's or another package's
+            if entry.plugin not in plugins:  # another package's, installed here
                 continue
             out.append(f"#### `{entry.name}` ({entry.plugin})\n")
             out.append(f"{entry.component.description}\n")
@@ -266,13 +267,13 @@ def _code_first(replacement: str) -> str:
 
 def generate() -> str:
     from evogan.cli import _attach_commands, cli
-    from evogan.plugins import installed_plugins, make_plugin_manager
+    from evogan.plugins import BUILTIN_PLUGINS, distribution_modules, make_plugin_manager
 
     _attach_commands()
     # evogan's own components and the GAN problem's distribution's, never whatever else is installed here
-    gan = [source.value for source in installed_plugins() if source.distribution == DOCUMENTED_PLUGINS]
+    gan = distribution_modules(DOCUMENTED_PLUGINS)
     registries = Registries.from_plugin_manager(make_plugin_manager(autoload=False, modules=gan))
-    return recipe_reference(registries) + "\n" + cli_reference(cli) + "\n\n" + api_reference()
+    return recipe_reference(registries, {*BUILTIN_PLUGINS, *gan}) + "\n" + cli_reference(cli) + "\n\n" + api_reference()
 
 
 def main() -> None:

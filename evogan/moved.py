@@ -15,18 +15,10 @@ import warnings
 from collections.abc import Sequence
 from types import CodeType, FrameType, ModuleType
 
-from evogan.deprecated import MOVED_MODULES, warn
+from evogan.deprecated import MOVED_MODULES, moved_name, warn
 
 # the distribution each moved module now lives in, named in the error when it is not installed
 _DISTRIBUTION = {"evogan_gan": "evogan-gan (pip install -e plugins/evogan-gan; `make install` does it)"}
-
-
-def _target(fullname: str) -> tuple[str, str] | None:
-    """(old prefix, new name) for a module under a moved name, else None."""
-    for old, new in MOVED_MODULES.items():
-        if fullname == old or fullname.startswith(old + "."):
-            return old, new + fullname[len(old) :]
-    return None
 
 
 def _importer_level() -> int:
@@ -40,12 +32,12 @@ def _importer_level() -> int:
 
 
 class _Alias(importlib.abc.Loader):
-    def __init__(self, old: str, target: str) -> None:
-        self.old, self.target = old, target
+    def __init__(self, target: str) -> None:
+        self.target = target
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
-        if spec.name == self.old:
-            warn(self.old, stacklevel=_importer_level())
+        if spec.name in MOVED_MODULES:  # one warning per moved package, not per submodule
+            warn(spec.name, stacklevel=_importer_level())
         try:
             module = importlib.import_module(self.target)
         except ModuleNotFoundError:
@@ -82,10 +74,8 @@ class _MovedFinder(importlib.abc.MetaPathFinder):
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
-        found = _target(fullname)
-        if found is None:
-            return None
-        return importlib.machinery.ModuleSpec(fullname, _Alias(*found))
+        new = moved_name(fullname)
+        return None if new is None else importlib.machinery.ModuleSpec(fullname, _Alias(new))
 
 
 def install() -> None:

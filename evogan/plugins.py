@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from importlib import import_module, metadata
 
 from evogan import hookspecs
-from evogan.deprecated import MOVED_MODULES
+from evogan.deprecated import moved_name
 from evogan.entry_points import (
     BLOCK_ENV,
     PROJECT,
@@ -71,6 +71,12 @@ def installed_plugins() -> list[EntryPointPlugin]:
     return found
 
 
+def distribution_modules(distribution: str) -> tuple[str, ...]:
+    """The plugin modules one installed distribution declares (its entry points of group ``evogan``), to
+    register with autoload off: ``make_plugin_manager(autoload=False, modules=distribution_modules("evogan-gan"))``."""
+    return tuple(source.value for source in installed_plugins() if source.distribution == distribution)
+
+
 def _env_blocked() -> set[str]:
     return {name.strip() for name in os.environ.get(BLOCK_ENV, "").split(",") if name.strip()}
 
@@ -95,7 +101,7 @@ def make_plugin_manager(
     :param blocked: plugin names never to load (added to ``EVOGAN_BLOCK_PLUGINS``).
     :param extra: plugin objects to register after the built-ins (the CLI's reporter), before :func:`registered`'s.
     :param modules: importable module names registered as plugins, as if named in ``EVOGAN_PLUGINS`` (a
-        plugin package's modules with autoload off: ``modules=evogan_gan.PLUGINS``).
+        package's plugins with autoload off: :func:`distribution_modules`).
     """
     pm = PluginManager()
     pm.add_hookspecs(hookspecs)
@@ -128,13 +134,12 @@ def make_plugin_manager(
 def _current_name(name: str) -> str:
     """A plugin's name to block: one of a module that moved to evogan-gan (``evogan.builtin.gan.sngan``)
     is its module's new name, with a warning the command line shows."""
-    for old, new in MOVED_MODULES.items():
-        if name == old or name.startswith(old + "."):
-            renamed = new + name[len(old) :]
-            message = f"plugin {name!r} is called {renamed!r} since evogan 0.3.0 (the evogan-gan distribution)"
-            warnings.warn(message, FutureWarning, stacklevel=4)
-            return renamed
-    return name
+    renamed = moved_name(name)
+    if renamed is None:
+        return name
+    message = f"plugin {name!r} is called {renamed!r} since evogan 0.3.0 (the evogan-gan distribution)"
+    warnings.warn(message, FutureWarning, stacklevel=4)
+    return renamed
 
 
 @dataclass(frozen=True)
@@ -175,6 +180,7 @@ __all__ = [
     "PluginLoadWarning",
     "PluginManager",
     "describe_plugins",
+    "distribution_modules",
     "first_line",
     "installed_plugins",
     "make_plugin_manager",

@@ -10,17 +10,19 @@ from pathlib import Path
 import pytest
 import torch
 from click.testing import CliRunner
-from evogan_gan import PLUGINS as GAN_PLUGINS
 
 import evogan
 from evogan.cli import _attach_commands, cli
 from evogan.errors import UserError
+from evogan.plugins import distribution_modules
 from evogan.testing import run_tiny, write_tiny_recipe
 
 _attach_commands()
 
 # Runs in a fresh interpreter: a meta path finder refuses evogan (it is installed in this environment),
 # the test checks that it does, then loads and samples the exported file with torch alone.
+GAN_PLUGINS = distribution_modules("evogan-gan")  # the GAN problem's plugins, for autoload off
+
 WITHOUT_EVOGAN = r"""
 import json, sys
 

@@ -12,14 +12,15 @@ from typing import Any
 
 import matplotlib.image
 import pytest
-from evogan_gan import PLUGINS as GAN_PLUGINS
 
 from evogan.engine.divergence import divergence_summary
 from evogan.engine.plots import _series, plot_grid
 from evogan.engine.rundir import RunDirectory
-from evogan.plugins import make_plugin_manager
+from evogan.plugins import distribution_modules, make_plugin_manager
 from evogan.runtime.single import prepare, run_in_process
 from evogan.testing import write_tiny_recipe
+
+GAN_PLUGINS = distribution_modules("evogan-gan")  # the GAN problem's plugins, for autoload off
 
 
 @pytest.mark.parametrize("layout", [(2, 3), None])

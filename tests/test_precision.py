@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 import torch
 from click.testing import CliRunner, Result
-from evogan_gan import PLUGINS as GAN_PLUGINS
 from test_run import metrics as records
 from test_run import run
 
@@ -22,11 +21,13 @@ from evogan.cli import cli
 from evogan.engine.cell import Cell, CellSettings
 from evogan.engine.run import build_settings
 from evogan.errors import UserError
-from evogan.plugins import make_plugin_manager
+from evogan.plugins import distribution_modules, make_plugin_manager
 from evogan.precision import SCALER_KEY, Precision
 from evogan.registry import Registries
 from evogan.runtime import launcher
 from evogan.runtime.single import prepare, run_in_process
+
+GAN_PLUGINS = distribution_modules("evogan-gan")  # the GAN problem's plugins, for autoload off
 
 BF16 = 'run.precision="bf16"'
 

@@ -9,7 +9,6 @@ from typing import Any, ClassVar
 
 import pytest
 import torch
-from evogan_gan import PLUGINS as GAN_PLUGINS
 from evogan_gan import sngan
 from evogan_gan import sparsity as builtin
 from evogan_gan.sparse import flops, masks, wire
@@ -19,8 +18,10 @@ from torch.nn.utils import parametrize
 from evogan.adversarial.contracts import GeneratorStep, Metric
 from evogan.errors import UserError
 from evogan.hookspecs import hookimpl
-from evogan.plugins import make_plugin_manager
+from evogan.plugins import distribution_modules, make_plugin_manager
 from evogan.runtime.single import prepare, run_in_process
+
+GAN_PLUGINS = distribution_modules("evogan-gan")  # the GAN problem's plugins, for autoload off
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -11,7 +11,6 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 import torch
-from evogan_gan import PLUGINS as GAN_PLUGINS
 from evogan_gan.image_metrics import INCEPTION_FILE
 from evogan_gan.image_networks import MnistMlp
 from evogan_gan.toy import GaussianGrid, GaussianRing, Mlp2d
@@ -22,7 +21,7 @@ from evogan.adversarial.contracts import Loss, Mutation, Networks
 from evogan.api import ComponentOptions, Role, Selection, Topology
 from evogan.hookspecs import Register
 from evogan.individual import Individual
-from evogan.plugins import make_plugin_manager
+from evogan.plugins import distribution_modules, make_plugin_manager
 from evogan.registry import KIND_HOOKS, Registries
 from evogan.testing import (
     check_dataset,
@@ -37,6 +36,8 @@ from evogan.testing import (
     run_tiny,
     write_tiny_recipe,
 )
+
+GAN_PLUGINS = distribution_modules("evogan-gan")  # the GAN problem's plugins, for autoload off
 
 BUILTINS = Registries.from_plugin_manager(make_plugin_manager(autoload=False, modules=GAN_PLUGINS))
 # Options a component cannot do without (everything else validates with its defaults).

@@ -1,6 +1,7 @@
 """The GAN problem plugin: the problem itself plus the 2-D toy data, networks, losses and metric.
 
-The distribution's other plugin modules are listed in :data:`PLUGINS`, as its entry points name them.
+The distribution's other plugin modules are named by its entry-point table (pyproject.toml), the one list:
+``evogan.plugins.distribution_modules("evogan-gan")``.
 """
 
 from __future__ import annotations
@@ -8,25 +9,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from evogan.hookspecs import Register, hookimpl
-
-if TYPE_CHECKING:
-    from evogan.recipe import Recipe
-    from evogan.registry import Registries
 from evogan_gan.losses import LOSSES
 from evogan_gan.problem import GanProblem
 from evogan_gan.toy import TOY_DATASETS, TOY_METRICS, TOY_NETWORKS
 
-# Every plugin module of this distribution (its entry points of group ``evogan``), for a plugin manager
-# made without autoload: ``make_plugin_manager(autoload=False, modules=PLUGINS)``.
-PLUGINS: tuple[str, ...] = (
-    "evogan_gan",
-    "evogan_gan.sparsity",
-    "evogan_gan.images",
-    "evogan_gan.image_networks",
-    "evogan_gan.image_metrics",
-    "evogan_gan.augment",
-    "evogan_gan.sngan",
-)
+if TYPE_CHECKING:
+    from evogan.recipe import Recipe
+    from evogan.registry import Registries
+
 
 
 @hookimpl

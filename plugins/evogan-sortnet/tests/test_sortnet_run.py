@@ -170,10 +170,10 @@ main()
 
 def test_the_engine_runs_sorting_networks_without_the_gan_problems_distribution(tmp_path: Path) -> None:
     """The generic core needs nothing of the GAN problem (issue 38): a whole run, its summary and records."""
-    from evogan_gan import PLUGINS as GAN_PLUGINS
+    from evogan.plugins import distribution_modules
 
     recipe = write_recipe(tmp_path, generations=2)
-    env = {**os.environ, "EVOGAN_BLOCK_PLUGINS": ",".join(GAN_PLUGINS)}
+    env = {**os.environ, "EVOGAN_BLOCK_PLUGINS": ",".join(distribution_modules("evogan-gan"))}
     command = [sys.executable, "-c", WITHOUT_GAN, "run", str(recipe), "--quiet"]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
