@@ -89,6 +89,16 @@ def test_unknown_component_lists_the_available_ones(tiny_recipe, registries: Reg
     assert "did you mean 'tournament'" in line and "available: deap, linear_rank, " in line
 
 
+def test_an_unknown_name_unlike_any_says_a_plugin_package_may_provide_it(tiny_recipe, registries: Registries) -> None:
+    """The GAN problem left evogan for evogan-gan: a recipe naming a component of a package not installed
+    here is one line that says where such names come from (a near miss gets "did you mean" instead)."""
+    (line,) = errors_for(tiny_recipe, registries, 'problem.use="wgan_gp_3d"')
+    assert line.startswith("problem.use: unknown problem 'wgan_gp_3d'; available: gan")
+    assert line.endswith("; a plugin package may provide it (`evogan plugins`: those loaded)")
+    (near,) = errors_for(tiny_recipe, registries, 'selection.use="tournamnet"')
+    assert "plugin package" not in near
+
+
 def test_missing_required_table(tmp_path: Path, registries: Registries) -> None:
     path = tmp_path / "r.toml"
     path.write_text("[run]\nseed = 1\n")
