@@ -23,8 +23,10 @@ install: $(STAMP)
 demo: install
 	$(BIN)/evogan run recipes/demo.toml
 
+# The fast suite in one worker per core (pytest-xdist); the slow one stays serial: its tests start worker
+# processes of their own.
 test: install
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto
 
 test-slow: install
 	$(BIN)/python -m pytest -m slow
