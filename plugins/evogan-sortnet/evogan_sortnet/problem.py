@@ -288,8 +288,8 @@ class SortingNetworks(Problem["SortingNetworks.Options"]):
         todo = [pair for pair in pairs if pair not in self._pairs]
         if not todo:
             return
-        if len(self._pairs) + len(todo) > PAIR_LIMIT:
-            self._pairs.clear()
+        if len(self._pairs) + len(todo) > PAIR_LIMIT:  # afresh, but keeping what these games need
+            self._pairs = {pair: self._pairs[pair] for pair in pairs if pair in self._pairs}
         host_row = {key: i for i, key in enumerate(dict.fromkeys(h for h, _ in todo))}
         parasite_row = {key: i for i, key in enumerate(dict.fromkeys(p for _, p in todo))}
         networks = self._networks([hosts[key] for key in host_row])
@@ -394,8 +394,8 @@ class SortingNetworks(Problem["SortingNetworks.Options"]):
         keys = [bytes(host.comparators.cpu().numpy()) for host in hosts]  # type: ignore[operator]
         todo = [i for i, key in enumerate(keys) if key not in self._exhaustive]
         if todo:
-            if len(self._exhaustive) + len(todo) > CACHE_LIMIT:
-                self._exhaustive.clear()
+            if len(self._exhaustive) + len(todo) > CACHE_LIMIT:  # afresh, but keeping these hosts' results
+                self._exhaustive = {key: self._exhaustive[key] for key in keys if key in self._exhaustive}
             stacked = networks[todo] if networks is not None else self._networks([hosts[i] for i in todo])
             sorted_inputs, swaps = wiring.exhaustive(stacked, self.options.inputs, over=self._reaching)
             self.checks += len(todo)

@@ -94,6 +94,40 @@ def test_the_memo_reuses_pairs_by_parasite_content_and_counts_only_new_tests(reg
     assert torch.equal(made.fitness(hosts, parasites, None, generator=torch.Generator(), memo=memo)[0], fresh[0])
 
 
+def test_a_full_prefetch_table_keeps_the_pairs_the_new_games_need(registries, monkeypatch) -> None:
+    """Past ``PAIR_LIMIT`` the table starts afresh; the pairs of the games being prefetched that it already
+    held stay (it once dropped them, so every such game was tested again: a 64x64 grid played 1.4x the
+    sorting-network runs of a 32x32 per cell-generation)."""
+    from evogan_sortnet import problem as module
+
+    from evogan.api import FitnessGame
+
+    made = problem(registries, inputs=6, comparators=14, vectors=9)
+    hosts, parasites = population(made, "host", 3, seed=1), population(made, "parasite", 2, seed=2)
+    made.prefetch_fitness([FitnessGame(hosts, parasites, None)])
+    monkeypatch.setattr(module, "PAIR_LIMIT", 8)  # 6 held + 3 new overflow it
+    newcomer = population(made, "parasite", 1, seed=3)[0]
+    made.prefetch_fitness([FitnessGame(hosts, [*parasites, newcomer], None)])
+    assert len(made._pairs) == 9
+    answered = made.prefetched
+    made.fitness(hosts, [*parasites, newcomer], None, generator=torch.Generator())
+    assert made.prefetched == answered + 1  # the whole game from the table, nothing tested again
+
+
+def test_a_full_exhaustive_cache_keeps_the_hosts_being_checked(registries, monkeypatch) -> None:
+    """Past ``CACHE_LIMIT`` the exhaustive results start afresh; a call that mixes cached hosts with new
+    ones still answers for all of them (the cleared cache once raised KeyError for the cached ones)."""
+    from evogan_sortnet import problem as module
+
+    made = problem(registries, inputs=6, comparators=14, vectors=9)
+    hosts = population(made, "host", 4, seed=1)
+    before = made.evaluate(hosts[:2], [1.0, 1.0], generator=torch.Generator())
+    monkeypatch.setattr(module, "CACHE_LIMIT", 3)  # 2 held + 2 new overflow it
+    after = made.evaluate([hosts[0], *hosts[2:]], [1.0, 0.0, 0.0], generator=torch.Generator())
+    assert after["best_sorted"] == made.evaluate(hosts[:1], [1.0], generator=torch.Generator())["best_sorted"]
+    assert before["evaluations"] == after["evaluations"] == 0
+
+
 def individuals(made: SortingNetworks, role: str, size: int, seed: int, cell: int = 0) -> list[Individual]:
     return [
         Individual(role=role, network=network, optimizer=None, hyper={}, origin=cell, uid=f"{cell}/{role}{i}")
