@@ -53,6 +53,33 @@ def test_only_the_newest_checkpoints_are_kept_each_with_its_digest(tiny_recipe) 
     assert not [p for p in (run_dir / "checkpoints").iterdir() if p.name.startswith(".")]
 
 
+def test_checkpoints_of_many_cells_are_kept_from_one_listing_of_the_folder(tmp_path: Path, monkeypatch) -> None:
+    """A save drops the cell's older checkpoints without listing the folder again (a glob per cell and
+    save made a 64x64 grid's checkpoint quadratic in its cells), keeps exactly the newest ``keep`` after a
+    timeline was discarded, and the one-scan listing agrees with the per-cell one."""
+    (tmp_path / "checkpoints").mkdir()
+    directory = RunDirectory(tmp_path)
+    (tmp_path / "checkpoints" / "cell-0001-gabc.pt").write_bytes(b"")  # not a checkpoint name: ignored
+    scans: list[object] = []
+    real_scandir = os.scandir
+    monkeypatch.setattr(os, "scandir", lambda path: scans.append(path) or real_scandir(path))
+    monkeypatch.setattr(Path, "glob", lambda *args: pytest.fail("a save listed the folder by glob"))
+    for generation in (10, 20, 30):
+        for cell in range(40):
+            directory.save_checkpoint(cell, {"format": 1, "cell": cell, "generation": generation}, keep=3)
+    assert len(scans) == 1
+    monkeypatch.undo()
+    listed = directory.all_checkpoint_generations()
+    assert listed == {cell: directory.checkpoint_generations(cell) for cell in range(40)}
+    assert listed == {cell: [30, 20, 10] for cell in range(40)}
+    directory.discard_checkpoints_after(0, 20)  # a resume from 20 abandons 30
+    directory.save_checkpoint(0, {"format": 1, "cell": 0, "generation": 40}, keep=3)
+    assert directory.checkpoint_generations(0) == [40, 20, 10]
+    directory.save_checkpoint(0, {"format": 1, "cell": 0, "generation": 50}, keep=3)
+    assert directory.valid_generations(0) == [50, 40, 20]
+    assert directory.resume_points(range(40)) == dict.fromkeys(range(40), 20)  # the one all cells share
+
+
 @pytest.mark.parametrize("damage", ["truncated", "garbage", "no digest"])
 def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_with_one_warning(
     tiny_recipe, damage: str, capfd: pytest.CaptureFixture[str]

@@ -15,6 +15,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -33,6 +34,7 @@ METRICS_FILE = "metrics.jsonl"
 TIMINGS_FILE = "timings.jsonl"
 SUMMARY_FILE = "summary.json"
 RECORDS_LOCK = ".records.lock"
+_CHECKPOINT_NAME = re.compile(r"cell-(\d+)-g(\d+)\.pt")  # checkpoint_path's names
 
 
 def _write_lines(lines: Iterable[str], handle: Any) -> None:
@@ -81,6 +83,9 @@ def writing(path: Path) -> Iterator[None]:
 class RunDirectory:
     def __init__(self, path: Path) -> None:
         self.path = path
+        # cell -> generations of its checkpoint files, from one scan at this object's first save and then
+        # kept by its own saves and removals (a cell's checkpoints are written by the process that runs it)
+        self._saved: dict[int, set[int]] | None = None
 
     # -------------------------------------------------------------------------------- creation
     @classmethod
@@ -222,6 +227,26 @@ class RunDirectory:
                 found.append(int(digits))
         return sorted(found, reverse=True)
 
+    def all_checkpoint_generations(self) -> dict[int, list[int]]:
+        """:meth:`checkpoint_generations` of every cell from one scan of the folder: a glob per cell reads
+        the whole folder each time, which made a checkpoint of a 64x64 grid's 4,096 cells quadratic."""
+        found: dict[int, list[int]] = {}
+        try:
+            entries = os.scandir(self.path / "checkpoints")
+        except FileNotFoundError:
+            return found
+        with entries:
+            for entry in entries:
+                match = _CHECKPOINT_NAME.fullmatch(entry.name)
+                if match and match[1] == f"{int(match[1]):04d}":
+                    found.setdefault(int(match[1]), []).append(int(match[2]))
+        return {cell: sorted(generations, reverse=True) for cell, generations in found.items()}
+
+    def _saved_generations(self, cell: int) -> set[int]:
+        if self._saved is None:
+            self._saved = {c: set(g) for c, g in self.all_checkpoint_generations().items()}
+        return self._saved.setdefault(cell, set())
+
     def save_checkpoint(self, cell: int, state: Mapping[str, Any], *, keep: int = 3) -> Path:
         """Write, fsync, read back and compare, then record the digest; only then drop checkpoints older
         than the newest ``keep``, so a failed or damaged write never costs the previous good one."""
@@ -237,10 +262,13 @@ class RunDirectory:
                 path.unlink(missing_ok=True)
                 raise RunFailure(f"{path}: checkpoint read back differs from what was written")
             atomic_write(_digest_path(path), lambda f: f.write(digest + "\n"), binary=False)
-            for old in self.checkpoint_generations(cell)[keep:]:
+            saved = self._saved_generations(cell)
+            saved.add(generation)
+            for old in sorted(saved, reverse=True)[keep:]:
                 stale = self.checkpoint_path(cell, old)
                 _digest_path(stale).unlink(missing_ok=True)
                 stale.unlink(missing_ok=True)
+                saved.discard(old)
         return path
 
     def read_checkpoint(self, cell: int, generation: int) -> dict[str, Any]:
@@ -265,10 +293,11 @@ class RunDirectory:
             raise CheckpointInvalid(f"{path}: holds generation {state.get('generation')}, not {generation}")
         return state
 
-    def valid_generations(self, cell: int) -> list[int]:
-        """Generations whose checkpoint matches its digest, newest first; one warning per file skipped."""
+    def valid_generations(self, cell: int, generations: Iterable[int] | None = None) -> list[int]:
+        """Generations whose checkpoint matches its digest, newest first; one warning per file skipped.
+        ``generations``: the cell's checkpoint files, newest first, when already listed."""
         valid = []
-        for generation in self.checkpoint_generations(cell):
+        for generation in self.checkpoint_generations(cell) if generations is None else generations:
             path = self.checkpoint_path(cell, generation)
             try:
                 if _digest_path(path).read_text(encoding="utf-8").strip() == file_sha256(path):
@@ -284,15 +313,17 @@ class RunDirectory:
         """Generations at which every one of ``cells`` has a valid checkpoint, oldest first: the points a
         run can be scored at as a whole (``evogan evaluate --along``)."""
         shared: set[int] | None = None
+        listed = self.all_checkpoint_generations()
         for cell in cells:
-            valid = set(self.valid_generations(cell))
+            valid = set(self.valid_generations(cell, listed.get(cell, [])))
             shared = valid if shared is None else shared & valid
         return sorted(shared or ())
 
     def resume_points(self, cells: Iterable[int]) -> dict[int, int]:
         """Per cell, the generation to resume from (see :func:`resume_points`); UserError when a cell
         has no valid checkpoint at all."""
-        available = {cell: self.valid_generations(cell) for cell in cells}
+        listed = self.all_checkpoint_generations()
+        available = {cell: self.valid_generations(cell, listed.get(cell, [])) for cell in cells}
         missing = [cell for cell, generations in available.items() if not generations]
         if missing:
             names = ", ".join(str(self.path / "checkpoints" / f"cell-{c:04d}-g*.pt") for c in missing)
@@ -313,6 +344,8 @@ class RunDirectory:
                 with writing(path):
                     _digest_path(path).unlink(missing_ok=True)
                     path.unlink(missing_ok=True)
+                if self._saved is not None:
+                    self._saved.get(cell, set()).discard(newer)
 
     def migrate_legacy_checkpoints(self) -> int:
         """Give each checkpoint of the earlier layout (``cell-0003.pt``: one per cell, no digest) its
@@ -360,6 +393,7 @@ class RunDirectory:
                 f"{self.path / 'checkpoints'}: migrated {moved} checkpoint(s) of the earlier layout "
                 "(cell-NNNN.pt) to cell-NNNN-gGGGGGG.pt with digests"
             )
+            self._saved = None  # listed again at the next save
         return moved
 
     def warn(self, line: str) -> None:
