@@ -233,7 +233,7 @@ class RunDirectory:
         found: dict[int, list[int]] = {}
         try:
             entries = os.scandir(self.path / "checkpoints")
-        except FileNotFoundError:
+        except OSError:  # none, or unreadable: no checkpoints, as a glob would find
             return found
         with entries:
             for entry in entries:
