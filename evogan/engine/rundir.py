@@ -220,20 +220,15 @@ class RunDirectory:
 
     def checkpoint_generations(self, cell: int) -> list[int]:
         """Generations with a checkpoint file for ``cell``, newest first (validity not checked)."""
-        found = []
-        for path in (self.path / "checkpoints").glob(f"cell-{cell:04d}-g*.pt"):
-            digits = path.stem.rpartition("-g")[2]
-            if digits.isdigit():
-                found.append(int(digits))
-        return sorted(found, reverse=True)
+        return self.all_checkpoint_generations().get(cell, [])
 
     def all_checkpoint_generations(self) -> dict[int, list[int]]:
-        """:meth:`checkpoint_generations` of every cell from one scan of the folder: a glob per cell reads
-        the whole folder each time, which made a checkpoint of a 64x64 grid's 4,096 cells quadratic."""
+        """:meth:`checkpoint_generations` of every cell from one scan of the folder: what touches many
+        cells lists once (a listing per cell made a checkpoint of a 64x64 grid's 4,096 cells quadratic)."""
         found: dict[int, list[int]] = {}
         try:
             entries = os.scandir(self.path / "checkpoints")
-        except OSError:  # none, or unreadable: no checkpoints, as a glob would find
+        except OSError:  # none, or unreadable: no checkpoints
             return found
         with entries:
             for entry in entries:

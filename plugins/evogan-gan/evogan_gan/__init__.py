@@ -18,7 +18,6 @@ if TYPE_CHECKING:
     from evogan.registry import Registries
 
 
-
 @hookimpl
 def evogan_register_problems(register: Register) -> None:
     register(GanProblem)
