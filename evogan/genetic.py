@@ -200,7 +200,8 @@ class GenomeVariation:
                 f"{self.path}.{key}: {operator.operator} changed the genome's length ({length} -> {len(first)}); "
                 "genomes have a fixed size"
             )
-        if all(type(value) is int for value in first) and self.low <= min(first) and max(first) <= self.up:
+        # set(map(type, ...)) runs in C: a generator over the genes cost 7 % of a sortnet grid's time
+        if set(map(type, first)) == {int} and self.low <= min(first) and max(first) <= self.up:
             return list(first)  # integer operators: nothing to round (the common case, and per genome)
         # Real-valued operators (mutGaussian, cxBlend) give floats: genes are rounded into their range.
         return [min(self.up, max(self.low, round(value))) for value in first]

@@ -361,16 +361,16 @@ class SortingNetworks(Problem["SortingNetworks.Options"]):
         perfect = (share == 1.0).all(dim=1).tolist()
         checked = iter(self._check([host for host, ok in zip(hosts, perfect, strict=True) if ok]))
         total = 1 << self.options.inputs
-        for host, ok in zip(hosts, perfect, strict=True):
+        pairs = torch.stack([host.comparators for host in hosts])  # type: ignore[misc]
+        active = ((pairs[..., 0] != pairs[..., 1]).sum(dim=1) + len(self._prefix)).tolist()  # one op, not one a host
+        for ok, not_noop in zip(perfect, active, strict=True):
             if ok:
                 inputs_sorted, size, layers = next(checked)
                 measure = float(size) if inputs_sorted == total else float(cap)
                 if self.options.secondary == "size_depth" and inputs_sorted == total:
                     measure += layers / (cap + 1)
             else:
-                pairs = host.comparators
-                assert isinstance(pairs, torch.Tensor)
-                measure = float(len(self._prefix) + int((pairs[:, 0] != pairs[:, 1]).sum()))
+                measure = float(not_noop)
             measures.append(measure)
         resolution = 1.0 / (self.options.vectors * share.shape[1])
         return torch.tensor(measures, dtype=torch.float32) / (cap + 1) * resolution
