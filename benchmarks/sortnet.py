@@ -32,6 +32,8 @@ alone. Usage:
     .venv/bin/python benchmarks/sortnet.py --inputs 12 --seeds 1 2      # a part
     .venv/bin/python benchmarks/sortnet.py --inputs 12 --per-cell 8     # grid-5x5x8 beside panmictic-25
     .venv/bin/python benchmarks/sortnet.py --quick                      # smoke: 8 inputs, 3x3, < 1 minute
+    .venv/bin/python benchmarks/sortnet.py --inputs 12 --per-cell 16 --cpu-seconds 60 --side-by-side
+    # ^ each seed's grid and panmictic control at the same time, one core each: the per-test ratio
     .venv/bin/python benchmarks/sortnet.py --summarise                  # every log of benchmarks/logs/sortnet
 """
 
@@ -40,11 +42,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import multiprocessing
 import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -248,20 +252,38 @@ def run_matrix(args: argparse.Namespace, configs: Sequence[Configuration]) -> Pa
     output = args.output_dir or Path(tempfile.mkdtemp(prefix="evogan-sortnet-"))
     path = log_path(SCRIPT, args.log_dir)
     modes = {"on": (True,), "off": (False,), "both": (True, False)}[args.batching]
-    for seed in args.seeds:
-        for config in configs:
+    pool = None
+    if args.side_by_side:  # one process per configuration, fresh from spawn (no torch state forked)
+        pool = ProcessPoolExecutor(max_workers=len(configs), mp_context=multiprocessing.get_context("spawn"))
+    try:
+        for seed in args.seeds:
             for batched in modes:
-                record = run_one(args, config, seed, output, batched=batched)
-                append_log(path, record)
-                found = f"correct with {record['smallest_correct']}" if record["found"] else "none correct"
-                print(
-                    f"{config.inputs} inputs {config.name} seed {seed}{'' if batched else ' cell by cell'}: "
-                    f"{found}, best sorts {record['best_sorted']:.4f} ({record['generations']} generations, "
-                    f"{record['wall_s']:.0f} s, {1e6 * record['loop_s'] / record['evaluations']:.2f} us a test "
-                    "in the generations)",
-                    flush=True,
-                )
+                if pool is None:
+                    records = [run_one(args, config, seed, output, batched=batched) for config in configs]
+                else:  # the same seed's configurations at the same time, each in its own run directory
+                    jobs = [
+                        pool.submit(run_one, args, config, seed, output / f"{config.name}-{seed}", batched=batched)
+                        for config in configs
+                    ]
+                    records = [job.result() for job in jobs]
+                for record in records:
+                    append_log(path, record)
+                    report(record)
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
     return path
+
+
+def report(record: Mapping[str, Any]) -> None:
+    found = f"correct with {record['smallest_correct']}" if record["found"] else "none correct"
+    print(
+        f"{record['inputs']} inputs {record['config']} seed {record['seed']}"
+        f"{'' if record['batched'] else ' cell by cell'}: {found}, best sorts {record['best_sorted']:.4f} "
+        f"({record['generations']} generations, {record['wall_s']:.0f} s, "
+        f"{1e6 * record['loop_s'] / record['evaluations']:.2f} us a test in the generations)",
+        flush=True,
+    )
 
 
 # ------------------------------------------------------------------------------------------ tables
@@ -358,7 +380,7 @@ def speed_table(records: Sequence[Mapping[str, Any]]) -> str:
             median([r["generations"] for r in group], ".0f"), median([per_test(r) for r in group], ".2f"),
             median([per_test(r, CPU) for r in group], ".2f"),
             median([1e3 * r.get(CPU, r["loop_s"]) / (r["generations"] * cells) for r in group], ".2f"),
-            " ".join(f"{x:.2f}" for x in batched) or "-", " ".join(f"{x:.1f}" for x in panmictic) or "-",
+            " ".join(f"{x:.2f}" for x in batched) or "-", " ".join(f"{x:.2f}" for x in panmictic) or "-",
             f"{min(loads):.1f}-{max(loads):.1f}",
         ]
         lines.append("| " + " | ".join(cells_line) + " |")
@@ -410,6 +432,12 @@ def arguments() -> argparse.ArgumentParser:
         default="on",
         help="the problem's batched fitness of all cells (on, as shipped), the cell-by-cell path (off), or "
         "each run both ways one after the other (records identical; for the wall-time ratio)",
+    )
+    parser.add_argument(
+        "--side-by-side",
+        action="store_true",
+        help="run each seed's configurations at the same time, one process each (a core each on a quiet "
+        "machine): their per-test ratio is then measured under the same load, not at different hours",
     )
     parser.add_argument("--output-dir", type=Path, help="keep the run directories here (default: a temporary one)")
     parser.add_argument("--log-dir", type=Path, default=LOGS, help="where sortnet/<commit>.jsonl goes")
