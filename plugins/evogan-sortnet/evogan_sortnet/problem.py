@@ -38,6 +38,11 @@ else:  # imported on first use: `evogan validate` and `components` read the opti
 CACHE_LIMIT = 1 << 16
 # Prefetched host-by-parasite counts kept (a 5x5 grid's generation needs under 1,000); past this, afresh.
 PAIR_LIMIT = 1 << 16
+# Games of more pairs than this on average are left to each cell's own call. One pass over every cell's
+# games saves kernel calls on small games (a host a cell, 5 x 5 pairs: 0.82-0.91x the grid's time per
+# test) but its bookkeeping costs more than it saves on large ones (16 a cell, 20 x 20: 1.02-1.06x);
+# 8 a cell (12 x 12) is a wash (0.94-1.07x). Side-by-side runs, RESULTS "The per-test target, side by side".
+PREFETCH_PAIRS = 256
 
 
 @dataclass
@@ -275,7 +280,10 @@ class SortingNetworks(Problem["SortingNetworks.Options"]):
         """Every game's host-parasite counts not yet in the table, as one pass of one row per pair
         (:func:`~evogan_sortnet.networks.pair_counts`): many cells' neighbourhoods in one call. The
         :meth:`fitness` calls that follow read them instead of testing, and count tests and verify hosts
-        exactly as they would have (nothing here touches ``evaluations`` or the discoveries)."""
+        exactly as they would have (nothing here touches ``evaluations`` or the discoveries). Games of
+        more than ``PREFETCH_PAIRS`` pairs on average are left to the cells' own calls."""
+        if not games or sum(len(g.first) * len(g.second) for g in games) > PREFETCH_PAIRS * len(games):
+            return
         hosts: dict[bytes, nn.Module] = {}
         parasites: dict[bytes, nn.Module] = {}
         pairs: dict[tuple[bytes, bytes], None] = {}

@@ -114,6 +114,25 @@ def test_a_full_prefetch_table_keeps_the_pairs_the_new_games_need(registries, mo
     assert made.prefetched == answered + 1  # the whole game from the table, nothing tested again
 
 
+def test_large_games_are_left_to_each_cells_own_call(registries, monkeypatch) -> None:
+    """Past ``PREFETCH_PAIRS`` host-parasite pairs a game on average, one pass over every game costs more
+    than the cells' own calls: nothing is prefetched, and fitness tests the pairs itself."""
+    from evogan_sortnet import problem as module
+
+    from evogan.api import FitnessGame
+
+    made = problem(registries, inputs=6, comparators=14, vectors=9)
+    hosts, parasites = population(made, "host", 3, seed=1), population(made, "parasite", 2, seed=2)
+    monkeypatch.setattr(module, "PREFETCH_PAIRS", 5)  # 3 x 2 = 6 pairs a game
+    made.prefetch_fitness([FitnessGame(hosts, parasites, None)])
+    assert not made._pairs
+    made.fitness(hosts, parasites, None, generator=torch.Generator())
+    assert made.prefetched == 0
+    monkeypatch.setattr(module, "PREFETCH_PAIRS", 6)
+    made.prefetch_fitness([FitnessGame(hosts, parasites, None)])
+    assert len(made._pairs) == 6
+
+
 def test_a_full_exhaustive_cache_keeps_the_hosts_being_checked(registries, monkeypatch) -> None:
     """Past ``CACHE_LIMIT`` the exhaustive results start afresh; a call that mixes cached hosts with new
     ones still answers for all of them (the cleared cache once raised KeyError for the cached ones)."""
