@@ -39,9 +39,10 @@ CACHE_LIMIT = 1 << 16
 # Prefetched host-by-parasite counts kept (a 5x5 grid's generation needs under 1,000); past this, afresh.
 PAIR_LIMIT = 1 << 16
 # Games of more pairs than this on average are left to each cell's own call. One pass over every cell's
-# games saves kernel calls on small games (a host a cell, 5 x 5 pairs: 0.82-0.91x the grid's time per
-# test) but its bookkeeping costs more than it saves on large ones (16 a cell, 20 x 20: 1.02-1.06x);
-# 8 a cell (12 x 12) is a wash (0.94-1.07x). Side-by-side runs, RESULTS "The per-test target, side by side".
+# games saves kernel calls on small games (a host a cell, 5 x 5 pairs: 0.82-0.91x the grid's CPU per
+# test) but its bookkeeping costs more than it saves on large ones (16 a cell, 20 x 20: 1.01-1.05x);
+# 8 a cell (12 x 12) is a wash (0.94-1.07x). Measured side by side: RESULTS "The per-test target, side
+# by side".
 PREFETCH_PAIRS = 256
 
 
