@@ -81,6 +81,23 @@ def png_size(data: bytes) -> tuple[int, int]:
     return height, width
 
 
+def framed(data: bytes) -> bytes:
+    """One TFRecord, the framing of TensorBoard's event files: the length, its masked CRC-32C, the data,
+    its masked CRC-32C. tensorboard's own writer computes the CRC in pure Python without TensorFlow (about
+    0.2 ms an event: 6 % of a one-host sorting-network cell's generation); google-crc32c's C code takes
+    under a microsecond."""
+    header = struct.pack("<Q", len(data))
+    return header + struct.pack("<I", masked_crc(header)) + data + struct.pack("<I", masked_crc(data))
+
+
+def masked_crc(data: bytes) -> int:
+    """TFRecord's masked CRC-32C (Castagnoli) of ``data``: rotated right by 15 bits, plus a constant."""
+    import google_crc32c
+
+    crc = google_crc32c.value(data)
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
 class EventWriter:
     """One TensorBoard event file, written synchronously by :meth:`flush` (tensorboard's own writer uses a
     background thread, whose failures no one would see): a write that fails stops the run with one line
@@ -130,8 +147,6 @@ class EventWriter:
         self._write(step, [self._summary.Summary.Value(tag=tag, image=image)])
 
     def flush(self) -> None:
-        from tensorboard.summary.writer.record_writer import RecordWriter
-
         from evogan.engine.rundir import writing
 
         if not self._pending:
@@ -139,9 +154,7 @@ class EventWriter:
         with writing(self.path):
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with self.path.open("ab") as handle:
-                records = RecordWriter(handle)
-                for data in self._pending:
-                    records.write(data)
+                handle.write(b"".join(map(framed, self._pending)))
         self._pending.clear()
         self.flushed = time.monotonic()
 

@@ -211,3 +211,17 @@ def test_a_processs_event_files_sort_in_the_order_they_were_opened(tmp_path: Pat
     writers = [evogan_tensorboard.EventWriter(tmp_path) for _ in range(12)]
     names = [writer.path.name for writer in writers]
     assert sorted(names) == names
+
+
+def test_records_are_framed_as_tensorboards_own_writer_frames_them() -> None:
+    """The checksums come from google-crc32c's C code; the bytes are those of tensorboard's pure-Python
+    RecordWriter, whose reader checks both CRCs of every record."""
+    import io
+
+    from evogan_tensorboard import framed
+    from tensorboard.summary.writer.record_writer import RecordWriter
+
+    for data in (b"", b"x", bytes(range(256)) * 3):
+        expected = io.BytesIO()
+        RecordWriter(expected).write(data)
+        assert framed(data) == expected.getvalue()
