@@ -260,11 +260,8 @@ def run_matrix(args: argparse.Namespace, configs: Sequence[Configuration]) -> Pa
             for batched in modes:
                 if pool is None:
                     records = [run_one(args, config, seed, output, batched=batched) for config in configs]
-                else:  # the same seed's configurations at the same time, each in its own run directory
-                    jobs = [
-                        pool.submit(run_one, args, config, seed, output / f"{config.name}-{seed}", batched=batched)
-                        for config in configs
-                    ]
+                else:  # the same seed's configurations at the same time (RunDirectory.create names each apart)
+                    jobs = [pool.submit(run_one, args, config, seed, output, batched=batched) for config in configs]
                     records = [job.result() for job in jobs]
                 for record in records:
                     append_log(path, record)

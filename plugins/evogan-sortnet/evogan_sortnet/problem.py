@@ -283,7 +283,7 @@ class SortingNetworks(Problem["SortingNetworks.Options"]):
         :meth:`fitness` calls that follow read them instead of testing, and count tests and verify hosts
         exactly as they would have (nothing here touches ``evaluations`` or the discoveries). Games of
         more than ``PREFETCH_PAIRS`` pairs on average are left to the cells' own calls."""
-        if not games or sum(len(g.first) * len(g.second) for g in games) > PREFETCH_PAIRS * len(games):
+        if sum(len(game.first) * len(game.second) for game in games) > PREFETCH_PAIRS * len(games):
             return
         hosts: dict[bytes, nn.Module] = {}
         parasites: dict[bytes, nn.Module] = {}
@@ -371,8 +371,9 @@ class SortingNetworks(Problem["SortingNetworks.Options"]):
         checked = iter(self._check([host for host, ok in zip(hosts, perfect, strict=True) if ok]))
         total = 1 << self.options.inputs
         pairs = torch.stack([host.comparators for host in hosts])  # type: ignore[misc]
-        active = ((pairs[..., 0] != pairs[..., 1]).sum(dim=1) + len(self._prefix)).tolist()  # one op, not one a host
-        for ok, not_noop in zip(perfect, active, strict=True):
+        # comparators that are not no-ops, prefix included: one operation for all hosts, not one a host
+        not_noops = ((pairs[..., 0] != pairs[..., 1]).sum(dim=1) + len(self._prefix)).tolist()
+        for ok, not_noop in zip(perfect, not_noops, strict=True):
             if ok:
                 inputs_sorted, size, layers = next(checked)
                 measure = float(size) if inputs_sorted == total else float(cap)
